@@ -1,0 +1,1 @@
+"""Pure analysis: DataFrames and dataclasses in, DataFrames and dataclasses out. No I/O."""

@@ -1,0 +1,237 @@
+"""SQLAlchemy Core tables: the whole schema, one place.
+
+Units (ARCHITECTURE §4): instants are DOUBLE seconds since the Unix epoch (UTC), durations
+DOUBLE milliseconds (``*_ms``), memory bytes (``*_bytes``), ratios 0..1. JSON is stored as
+text so that DuckDB and PostgreSQL read it the same way.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+metadata = sa.MetaData()
+
+DOUBLE = sa.Float(precision=53)
+
+schema_version = sa.Table(
+    "schema_version",
+    metadata,
+    sa.Column("version", sa.Integer, primary_key=True),
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("applied_at", DOUBLE, nullable=False),
+)
+
+runs = sa.Table(
+    "runs",
+    metadata,
+    sa.Column("run_id", sa.Text, primary_key=True),
+    sa.Column("name", sa.Text),
+    sa.Column("source", sa.Text, nullable=False),  # servescope, vllm-bench, sglang-bench, ...
+    sa.Column("source_file", sa.Text),
+    sa.Column("source_sha256", sa.Text),
+    sa.Column("framework", sa.Text),
+    sa.Column("framework_version", sa.Text),
+    sa.Column("model", sa.Text),
+    sa.Column("gpu_name", sa.Text),
+    sa.Column("gpu_count", sa.Integer),
+    sa.Column("endpoint", sa.Text),  # never credentials
+    sa.Column("api", sa.Text),  # chat | completions
+    sa.Column("host", sa.Text),  # the client host that measured
+    sa.Column("workload", sa.Text),
+    sa.Column("arrival", sa.Text),  # concurrency | constant | poisson | gamma | trace
+    sa.Column("target_rate", DOUBLE),  # requests/s; NULL for closed loop / infinite
+    sa.Column("burstiness", DOUBLE),
+    sa.Column("concurrency", sa.Integer),
+    sa.Column("engine_params", sa.Text),  # JSON, normalised keys
+    sa.Column("client_params", sa.Text),  # JSON
+    sa.Column("sweep_id", sa.Text),
+    sa.Column("started_at", DOUBLE),
+    sa.Column("ended_at", DOUBLE),
+    sa.Column("duration_s", DOUBLE),
+    sa.Column("status", sa.Text),  # running | completed | interrupted | failed
+    sa.Column("client_bound", sa.Boolean),
+    sa.Column("client_bound_reason", sa.Text),
+    sa.Column("achieved_rate", DOUBLE),  # requests sent / s
+    sa.Column("output_tokens_estimated", sa.Boolean),
+    sa.Column("tool_summary", sa.Text),  # JSON: the tool's own aggregates
+    sa.Column("notes", sa.Text),
+    sa.Column("tags", sa.Text),  # JSON list
+    sa.Column("created_at", DOUBLE),
+)
+
+requests = sa.Table(
+    "requests",
+    metadata,
+    sa.Column("run_id", sa.Text, primary_key=True),
+    sa.Column("seq", sa.Integer, primary_key=True),
+    sa.Column("scheduled_at", DOUBLE),
+    sa.Column("sent_at", DOUBLE),
+    sa.Column("first_token_at", DOUBLE),
+    sa.Column("done_at", DOUBLE),
+    sa.Column("input_tokens", sa.Integer),
+    sa.Column("output_tokens", sa.Integer),
+    sa.Column("cached_tokens", sa.Integer),
+    sa.Column("ttft_ms", DOUBLE),
+    sa.Column("tpot_ms", DOUBLE),
+    sa.Column("e2e_ms", DOUBLE),
+    sa.Column("lag_ms", DOUBLE),  # client lag: sent_at - scheduled_at
+    sa.Column("status", sa.Text, nullable=False),  # ok | error | timeout | cancelled
+    sa.Column("http_status", sa.Integer),
+    sa.Column("error", sa.Text),
+    sa.Column("finish_reason", sa.Text),
+    sa.Column("conversation_id", sa.Text),
+    sa.Column("turn", sa.Integer),
+    sa.Column("output_tokens_estimated", sa.Boolean),
+    sa.Column("chunks", sa.Integer),  # streamed content chunks
+)
+
+token_gaps = sa.Table(
+    "token_gaps",
+    metadata,
+    sa.Column("run_id", sa.Text, primary_key=True),
+    sa.Column("seq", sa.Integer, primary_key=True),
+    sa.Column("idx", sa.Integer, primary_key=True),
+    sa.Column("gap_ms", DOUBLE, nullable=False),
+)
+
+gpu_samples = sa.Table(
+    "gpu_samples",
+    metadata,
+    sa.Column("host", sa.Text, primary_key=True),
+    sa.Column("gpu_index", sa.Integer, primary_key=True),
+    sa.Column("ts", DOUBLE, primary_key=True),
+    sa.Column("gpu_uuid", sa.Text),
+    sa.Column("gpu_name", sa.Text),
+    sa.Column("mem_used_bytes", DOUBLE),
+    sa.Column("mem_total_bytes", DOUBLE),
+    sa.Column("util_gpu", DOUBLE),
+    sa.Column("util_mem", DOUBLE),
+    sa.Column("power_w", DOUBLE),
+    sa.Column("temp_c", DOUBLE),
+    sa.Column("sm_clock_mhz", DOUBLE),
+    sa.Column("source", sa.Text),  # nvml | dcgm | sim
+)
+
+gpu_process_samples = sa.Table(
+    "gpu_process_samples",
+    metadata,
+    sa.Column("host", sa.Text, primary_key=True),
+    sa.Column("gpu_index", sa.Integer, primary_key=True),
+    sa.Column("ts", DOUBLE, primary_key=True),
+    sa.Column("pid", sa.Integer, primary_key=True),
+    sa.Column("process_name", sa.Text),
+    sa.Column("used_bytes", DOUBLE),
+)
+
+engine_samples = sa.Table(
+    "engine_samples",
+    metadata,
+    sa.Column("target", sa.Text, primary_key=True),
+    sa.Column("ts", DOUBLE, primary_key=True),
+    sa.Column("metric", sa.Text, primary_key=True),
+    sa.Column("engine", sa.Text),
+    sa.Column("value", DOUBLE),
+)
+
+engine_raw_samples = sa.Table(
+    "engine_raw_samples",
+    metadata,
+    sa.Column("target", sa.Text, primary_key=True),
+    sa.Column("ts", DOUBLE, primary_key=True),
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("labels", sa.Text, primary_key=True),  # canonical JSON of the label set
+    sa.Column("value", DOUBLE),
+)
+
+sweeps = sa.Table(
+    "sweeps",
+    metadata,
+    sa.Column("sweep_id", sa.Text, primary_key=True),
+    sa.Column("name", sa.Text),
+    sa.Column("engine", sa.Text),
+    sa.Column("launch_template", sa.Text),
+    sa.Column("grid", sa.Text),  # JSON
+    sa.Column("workload", sa.Text),
+    sa.Column("slo", sa.Text),
+    sa.Column("status", sa.Text),
+    sa.Column("created_at", DOUBLE),
+)
+
+# --- catalog (seeded idempotently from seeds/*.toml; rows with origin='user' are never reseeded)
+
+
+def _catalog_columns() -> list[sa.Column[object]]:
+    return [
+        sa.Column("origin", sa.Text, nullable=False),  # seed | user
+        sa.Column("seed_hash", sa.Text),  # hash of the seed entry last applied
+        sa.Column("source", sa.Text),  # where the figures come from
+        sa.Column("updated_at", DOUBLE),
+    ]
+
+
+gpus = sa.Table(
+    "gpus",
+    metadata,
+    sa.Column("name", sa.Text, primary_key=True),  # e.g. H100-SXM-80GB
+    sa.Column("display_name", sa.Text),
+    sa.Column("memory_bytes", DOUBLE),
+    sa.Column("bandwidth_bytes_s", DOUBLE),
+    sa.Column("bf16_tflops", DOUBLE),
+    sa.Column("fp8_tflops", DOUBLE),
+    sa.Column("sm_count", sa.Integer),
+    sa.Column("tdp_w", DOUBLE),
+    *_catalog_columns(),
+)
+
+models = sa.Table(
+    "models",
+    metadata,
+    sa.Column("name", sa.Text, primary_key=True),  # e.g. llama-3.1-8b
+    sa.Column("hf_repo", sa.Text),
+    sa.Column("params_b", DOUBLE),
+    sa.Column("active_params_b", DOUBLE),
+    sa.Column("layers", sa.Integer),
+    sa.Column("hidden_size", sa.Integer),
+    sa.Column("heads", sa.Integer),
+    sa.Column("kv_heads", sa.Integer),
+    sa.Column("head_dim", sa.Integer),
+    sa.Column("vocab_size", sa.Integer),
+    sa.Column("context", sa.Integer),
+    sa.Column("dtype_bytes", DOUBLE),
+    *_catalog_columns(),
+)
+
+slo_profiles = sa.Table(
+    "slo_profiles",
+    metadata,
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("description", sa.Text),
+    sa.Column("percentile", DOUBLE),  # e.g. 99
+    sa.Column("ttft_ms", DOUBLE),
+    sa.Column("tpot_ms", DOUBLE),
+    sa.Column("e2e_ms", DOUBLE),
+    sa.Column("max_error_rate", DOUBLE),
+    sa.Column("spec", sa.Text),  # JSON: the full profile (extra targets of later features)
+    *_catalog_columns(),
+)
+
+workloads = sa.Table(
+    "workloads",
+    metadata,
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("description", sa.Text),
+    sa.Column("spec", sa.Text),  # JSON: length distributions, prefix, turns
+    *_catalog_columns(),
+)
+
+CATALOG_TABLES: dict[str, sa.Table] = {
+    "gpus": gpus,
+    "models": models,
+    "slo_profiles": slo_profiles,
+    "workloads": workloads,
+}
+
+# column order of the bulk-write tables (the ingest fast paths rely on it)
+REQUEST_COLUMNS: tuple[str, ...] = tuple(c.name for c in requests.columns)
+TOKEN_GAP_COLUMNS: tuple[str, ...] = tuple(c.name for c in token_gaps.columns)
+RUN_COLUMNS: tuple[str, ...] = tuple(c.name for c in runs.columns)
