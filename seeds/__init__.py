@@ -27,7 +27,10 @@ SEED_FILES: dict[str, str] = {
 def _load(kind: str) -> tuple[dict[str, Any], ...]:
     if kind not in SEED_FILES:
         raise ConfigError(f"unknown seed table {kind!r}; known: {sorted(SEED_FILES)}")
-    text = resources.files(__name__).joinpath(SEED_FILES[kind]).read_text(encoding="utf-8")
+    resource = resources.files(__name__).joinpath(SEED_FILES[kind])
+    if not resource.is_file():
+        raise ConfigError(f"seeds/{SEED_FILES[kind]} is missing from the installation")
+    text = resource.read_text(encoding="utf-8")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

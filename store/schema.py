@@ -11,12 +11,12 @@ import sqlalchemy as sa
 
 metadata = sa.MetaData()
 
-DOUBLE = sa.Float(precision=53)
+DOUBLE = sa.Double()
 
 schema_version = sa.Table(
     "schema_version",
     metadata,
-    sa.Column("version", sa.Integer, primary_key=True),
+    sa.Column("version", sa.Integer, primary_key=True, autoincrement=False),
     sa.Column("name", sa.Text, nullable=False),
     sa.Column("applied_at", DOUBLE, nullable=False),
 )

@@ -1,0 +1,129 @@
+"""`servescope` — the command line.
+
+Subcommands are registered by the modules that own them (``register(subparsers)``); this file
+only builds the parser, sets up logging and turns ServeScope errors into one clear line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import settings
+from errors import ServeScopeError
+
+ROOT = Path(__file__).resolve().parent
+
+
+def _db_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    db = sub.add_parser("db", help="store maintenance: info, migrate, ingest-spool")
+    db.add_argument("--db", help="store URL (default: $SERVESCOPE_DB or the DuckDB file)")
+    actions = db.add_subparsers(dest="db_action", required=True)
+    actions.add_parser("info", help="print the store URL, schema version and row counts")
+    actions.add_parser("migrate", help="bring the schema up to date and seed the catalog")
+    actions.add_parser("ingest-spool", help="store the batches spooled while the store was locked")
+    db.set_defaults(func=_run_db)
+
+
+def _run_db(args: argparse.Namespace) -> int:
+    from store import ingest, migrations, queries_admin
+    from store.db import Store
+
+    store = Store.open(args.db)
+    if args.db_action == "migrate":
+        print(f"{store.url}: schema version {migrations.migrate(store)}")
+    elif args.db_action == "ingest-spool":
+        print(f"ingested {ingest.ingest_spool(store)} spooled rows into {store.url}")
+    else:
+        print(f"store: {store.url}")
+        for table, count in queries_admin.table_counts(store).items():
+            print(f"  {table:<22} {count:>12,}")
+    return 0
+
+
+def _ui_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    ui = sub.add_parser("ui", help="open the dashboard (Streamlit) on 127.0.0.1")
+    ui.add_argument("--port", type=int, default=8501)
+    ui.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to bind (default 127.0.0.1; binding elsewhere exposes the dashboard)",
+    )
+    ui.add_argument("--db", help="store URL (default: $SERVESCOPE_DB or the DuckDB file)")
+    ui.set_defaults(func=run_ui)
+
+
+def run_ui(args: argparse.Namespace) -> int:
+    """Run Streamlit on app.py in the foreground until Ctrl-C."""
+    env = dict(os.environ)
+    if getattr(args, "db", None):
+        env["SERVESCOPE_DB"] = args.db
+    cmd = [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(ROOT / "app.py"),
+        "--server.address",
+        args.host,
+        "--server.port",
+        str(args.port),
+        "--server.headless",
+        "true",
+        "--browser.gatherUsageStats",
+        "false",
+        "--global.developmentMode",
+        "false",
+    ]
+    print(f"ServeScope dashboard on http://{args.host}:{args.port}  (store: {settings.db_url(env)})")
+    try:
+        return subprocess.call(cmd, env=env)
+    except KeyboardInterrupt:
+        return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from collectors import demo
+    from collectors.loadgen import command as bench_command
+    from sim import command as sim_command
+
+    parser = argparse.ArgumentParser(
+        prog="servescope",
+        description="Measure, import and explain LLM serving performance.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log more (and SQL, with -vv)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sim_command.register(sub)
+    bench_command.register(sub)
+    demo.register(sub)
+    _ui_command(sub)
+    _db_commands(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return int(args.func(args) or 0)
+    except ServeScopeError as exc:
+        print(f"servescope: error: {exc.message}", file=sys.stderr)
+        if exc.hint:
+            print(f"  hint: {exc.hint}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("servescope: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,195 @@
+"""Building the rows an importer writes: run ids, the ``runs`` row, requests and token gaps.
+
+Per-request metrics are recomputed here with ServeScope's definitions (ARCHITECTURE §5,
+``analysis.metrics``): TTFT and E2E from the file's raw per-request figures, TPOT as
+(E2E − TTFT) / (output_tokens − 1), token gaps in milliseconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Sequence
+from itertools import chain
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analysis.metrics import request_tpot_ms
+
+from .model import ImportOptions, Source
+
+Clock = Callable[[], float]
+
+
+def run_id_for(sha256: str, index: int) -> str:
+    """Content-hash run id: the same file (and position in it) always gives the same id."""
+    return hashlib.sha256(f"{sha256}:{index}".encode()).hexdigest()[:20]
+
+
+def base_run(
+    src: Source,
+    source: str,
+    index: int,
+    options: ImportOptions,
+    *,
+    label: str | None = None,
+    run_count: int = 1,
+    clock: Clock = time.time,
+    **fields: Any,
+) -> dict[str, Any]:
+    """The ``runs`` row common to every importer, with the command line's metadata applied."""
+    default_name = src.name if not label else f"{src.name} · {label}"
+    if options.name:
+        name = options.name if run_count == 1 else f"{options.name} · {label or index + 1}"
+    else:
+        name = default_name
+    run: dict[str, Any] = {
+        "run_id": run_id_for(src.sha256, index),
+        "name": name,
+        "source": source,
+        "source_file": src.path,
+        "source_sha256": src.sha256,
+        "status": "completed",
+        "created_at": clock(),
+        "tags": list(options.tags),
+    }
+    run.update({k: v for k, v in fields.items() if v is not None})
+    if options.framework:
+        run["framework"] = options.framework
+    if options.model:
+        run["model"] = options.model
+    if options.gpu_name:
+        run["gpu_name"] = options.gpu_name
+    if options.gpu_count is not None:
+        run["gpu_count"] = options.gpu_count
+    if run.get("started_at") is not None and run.get("ended_at") is not None:
+        run.setdefault("duration_s", run["ended_at"] - run["started_at"])
+    return run
+
+
+def _column(values: Sequence[Any] | np.ndarray | None, n: int, dtype: str) -> Any:
+    if values is None:
+        return pd.array([None] * n, dtype=dtype)
+    if dtype == "Int64":
+        arr = pd.array(
+            [None if v is None or (isinstance(v, float) and v != v) else round(v) for v in values],
+            dtype="Int64",
+        )
+        return arr
+    if dtype == "float64":
+        return np.asarray([np.nan if v is None else v for v in values], dtype="float64")
+    return pd.array(list(values), dtype=dtype)
+
+
+def requests_frame(
+    run_id: str,
+    n: int,
+    *,
+    ttft_ms: Sequence[float | None] | np.ndarray,
+    e2e_ms: Sequence[float | None] | np.ndarray,
+    output_tokens: Sequence[int | float | None] | None,
+    input_tokens: Sequence[int | float | None] | None = None,
+    status: Sequence[str] | None = None,
+    error: Sequence[str | None] | None = None,
+    sent_at: Sequence[float | None] | np.ndarray | None = None,
+    scheduled_at: Sequence[float | None] | None = None,
+    cached_tokens: Sequence[int | float | None] | None = None,
+    http_status: Sequence[int | float | None] | None = None,
+    finish_reason: Sequence[str | None] | None = None,
+    conversation_id: Sequence[str | None] | None = None,
+    turn: Sequence[int | float | None] | None = None,
+    chunks: Sequence[int | float | None] | None = None,
+    output_tokens_estimated: bool | Sequence[bool] = False,
+) -> pd.DataFrame:
+    """The ``requests`` rows of one run, with TPOT recomputed by ``analysis.metrics``.
+
+    ``sent_at`` (epoch seconds) gives ``first_token_at = sent_at + TTFT`` and
+    ``done_at = sent_at + E2E``. Metrics of failed requests are kept only where measured.
+    """
+    ttft = np.asarray(_column(ttft_ms, n, "float64"), dtype="float64")
+    e2e = np.asarray(_column(e2e_ms, n, "float64"), dtype="float64")
+    out_tok = _column(output_tokens, n, "Int64")
+    out_list = out_tok.tolist()
+    tpot = np.asarray(
+        [
+            np.nan if v is None else v
+            for v in (
+                request_tpot_ms(
+                    None if e != e else float(e),
+                    None if t != t else float(t),
+                    None if o is None or o is pd.NA else int(o),
+                )
+                for e, t, o in zip(e2e.tolist(), ttft.tolist(), out_list, strict=True)
+            )
+        ],
+        dtype="float64",
+    )
+    frame: dict[str, Any] = {
+        "run_id": np.full(n, run_id, dtype=object),
+        "seq": np.arange(n, dtype="int64"),
+        "input_tokens": _column(input_tokens, n, "Int64"),
+        "output_tokens": out_tok,
+        "cached_tokens": _column(cached_tokens, n, "Int64"),
+        "ttft_ms": ttft,
+        "tpot_ms": tpot,
+        "e2e_ms": e2e,
+        "status": np.asarray(status if status is not None else ["ok"] * n, dtype=object),
+        "error": _column(error, n, "object"),
+        "http_status": _column(http_status, n, "Int64"),
+        "finish_reason": _column(finish_reason, n, "object"),
+        "conversation_id": _column(conversation_id, n, "object"),
+        "turn": _column(turn, n, "Int64"),
+        "chunks": _column(chunks, n, "Int64"),
+    }
+    if isinstance(output_tokens_estimated, bool):
+        frame["output_tokens_estimated"] = np.full(n, output_tokens_estimated, dtype=bool)
+    else:
+        frame["output_tokens_estimated"] = np.asarray(output_tokens_estimated, dtype=bool)
+    if sent_at is not None:
+        sent = np.asarray(_column(sent_at, n, "float64"), dtype="float64")
+        frame["sent_at"] = sent
+        frame["first_token_at"] = sent + ttft / 1000.0
+        frame["done_at"] = sent + e2e / 1000.0
+    if scheduled_at is not None:
+        sched = np.asarray(_column(scheduled_at, n, "float64"), dtype="float64")
+        frame["scheduled_at"] = sched
+        if sent_at is not None:
+            frame["lag_ms"] = (frame["sent_at"] - sched) * 1000.0
+    return pd.DataFrame(frame)
+
+
+def gaps_frame(
+    run_id: str, gaps: Sequence[Sequence[float]], *, scale_to_ms: float
+) -> pd.DataFrame | None:
+    """``token_gaps`` rows from per-request gap lists (``scale_to_ms`` converts their unit)."""
+    lengths = np.fromiter((len(g) for g in gaps), dtype="int64", count=len(gaps))
+    total = int(lengths.sum())
+    if total == 0:
+        return None
+    values = np.fromiter(chain.from_iterable(gaps), dtype="float64", count=total)
+    seq = np.repeat(np.arange(len(gaps), dtype="int64"), lengths)
+    starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
+    idx = np.arange(total, dtype="int64") - starts
+    return pd.DataFrame(
+        {
+            "run_id": np.full(total, run_id, dtype=object),
+            "seq": seq,
+            "idx": idx,
+            "gap_ms": values * scale_to_ms,
+        }
+    )
+
+
+def summary_entry(
+    mean: float | None = None,
+    p50: float | None = None,
+    p90: float | None = None,
+    p95: float | None = None,
+    p99: float | None = None,
+    **extra: float | None,
+) -> dict[str, float]:
+    """One normalised metric of a tool's own aggregates (unit fixed by the metric's name)."""
+    entry = {"mean": mean, "p50": p50, "p90": p90, "p95": p95, "p99": p99, **extra}
+    return {k: v for k, v in entry.items() if v is not None}

@@ -1,0 +1,241 @@
+"""vLLM ``vllm bench serve`` / ``benchmark_serving.py`` result JSON (FORMATS §B1).
+
+Per-request arrays are in seconds, aggregates in milliseconds; ``request_rate`` may be the
+string ``"inf"``; ``start_times`` are ``time.perf_counter()`` values (process-relative), so the
+run is anchored at the file's ``date`` (local time of the run's end, read as UTC) minus its
+``duration``; the legacy key ``request_goodput:`` (trailing colon) is accepted. ``--append-result``
+files (one JSON object per line) give one run each.
+"""
+
+from __future__ import annotations
+
+import calendar
+import time
+from typing import Any
+
+import numpy as np
+
+from .base import Clock
+from .model import Document, ImportOptions, ParsedFile, ParsedRun
+from .parsing import Reader, scalars
+from .records import base_run, gaps_frame, requests_frame, summary_entry
+
+NAME = "vllm-bench"
+PER_REQUEST_KEYS = (
+    "input_lens",
+    "output_lens",
+    "ttfts",
+    "itls",
+    "generated_texts",
+    "errors",
+    "latencies",
+    "start_times",
+    "queue_times",
+)
+# client backends that name the serving framework itself (others, e.g. openai, do not)
+FRAMEWORK_BACKENDS = {"vllm", "tgi", "lmdeploy", "deepspeed-mii", "tensorrt-llm", "scalellm", "sglang"}
+METRICS = ("ttft", "tpot", "itl", "e2el")
+
+
+def _is_vllm(obj: Any) -> bool:
+    if not isinstance(obj, dict):
+        return False
+    has_stats = any(k.endswith("_ttft_ms") for k in obj) or "ttfts" in obj
+    return (
+        "num_prompts" in obj
+        and ("model_id" in obj or "date" in obj)
+        and ("request_throughput" in obj or has_stats)
+        and "total_output_tokens_retokenized" not in obj
+    )
+
+
+def detect(doc: Document) -> bool:
+    return doc.kind in ("json", "jsonl") and bool(doc.objects) and _is_vllm(doc.first)
+
+
+def _date_epoch(value: Any) -> float | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return float(calendar.timegm(time.strptime(value, "%Y%m%d-%H%M%S")))
+    except ValueError:
+        return None
+
+
+def _tool_metrics(r: Reader, obj: dict[str, Any], where: str) -> dict[str, Any]:
+    names = {"ttft": "ttft_ms", "tpot": "tpot_ms", "itl": "itl_ms", "e2el": "e2e_ms"}
+    out: dict[str, Any] = {}
+    for m, ours in names.items():
+        entry: dict[str, float] = {}
+        for key, value in obj.items():
+            if not (key.endswith(f"_{m}_ms") and isinstance(value, int | float | str)):
+                continue
+            stat = key[: -len(f"_{m}_ms")]
+            num = r.finite(value, where + key)
+            if num is None:
+                continue
+            entry["p50" if stat == "median" else stat] = num
+        if entry:
+            out[ours] = summary_entry(**entry)
+    goodput = obj.get("request_goodput", obj.get("request_goodput:"))
+    for ours, key, val in (
+        ("request_throughput", "request_throughput", obj.get("request_throughput")),
+        ("output_throughput", "output_throughput", obj.get("output_throughput")),
+        ("total_token_throughput", "total_token_throughput", obj.get("total_token_throughput")),
+        ("request_goodput", "request_goodput", goodput),
+        ("duration_s", "duration", obj.get("duration")),
+        ("completed", "completed", obj.get("completed")),
+        ("failed", "failed", obj.get("failed")),
+        ("total_input_tokens", "total_input_tokens", obj.get("total_input_tokens")),
+        ("total_output_tokens", "total_output_tokens", obj.get("total_output_tokens")),
+    ):
+        num = r.finite(val, where + key)
+        if num is not None:
+            out[ours] = num
+    return out
+
+
+def _parse_run(
+    doc: Document, index: int, line: int, obj: Any, count: int, options: ImportOptions, clock: Clock
+) -> ParsedRun:
+    src = doc.source
+    r = Reader(src.path)
+    where = f"line {line}: " if doc.kind == "jsonl" else ""
+    o = r.obj(obj, f"{where}(run)")
+    num_prompts = r.integer(r.require(o, "num_prompts", where), where + "num_prompts")
+    rate = r.number(o.get("request_rate"), where + "request_rate")
+    finite_rate = rate if rate is not None and np.isfinite(rate) else None
+    burstiness = r.finite(o.get("burstiness"), where + "burstiness")
+    max_conc = r.integer(o.get("max_concurrency"), where + "max_concurrency")
+    duration = r.finite(o.get("duration"), where + "duration")
+    backend = r.text(o.get("backend", o.get("endpoint_type")), where + "backend")
+    ended = _date_epoch(o.get("date"))
+    started = ended - duration if ended is not None and duration is not None else None
+    if finite_rate is None:
+        arrival = "concurrency" if max_conc else None
+    else:
+        arrival = "poisson" if burstiness in (None, 1.0) else "gamma"
+    label_parts = [f"rate={'inf' if finite_rate is None else f'{finite_rate:g}'}"]
+    if max_conc:
+        label_parts.append(f"concurrency={max_conc}")
+    detailed = "ttfts" in o
+    notes: list[str] = []
+    tool = {
+        "format": NAME,
+        "aggregates_only": not detailed,
+        "per_request": "full" if detailed else "none",
+        "metrics": _tool_metrics(r, o, where),
+        "raw": scalars(o, skip=PER_REQUEST_KEYS),
+    }
+    run = base_run(
+        src,
+        NAME,
+        index,
+        options,
+        label=" ".join(label_parts),
+        run_count=count,
+        clock=clock,
+        framework=backend if backend in FRAMEWORK_BACKENDS else None,
+        model=r.text(o.get("model_id"), where + "model_id"),
+        arrival=arrival,
+        target_rate=finite_rate,
+        burstiness=burstiness,
+        concurrency=max_conc,
+        started_at=started,
+        ended_at=ended,
+        duration_s=duration,
+        client_params={
+            k: o.get(k)
+            for k in ("backend", "endpoint_type", "label", "tokenizer_id", "num_prompts",
+                      "request_rate", "burstiness", "max_concurrency")
+            if o.get(k) is not None
+        },
+    )
+    run["client_params"] = {k: (str(v) if isinstance(v, float) and not np.isfinite(v) else v)
+                            for k, v in run["client_params"].items()}
+    if not detailed:
+        notes.append(
+            "aggregates only: saved without --save-detailed, so there are no per-request "
+            "figures; the tool's own aggregates are kept in tool_summary"
+        )
+        run["tool_summary"] = tool
+        run["notes"] = "; ".join(notes)
+        return ParsedRun(run=run, warnings=["aggregates only (no per-request data)"])
+
+    ttfts = r.numbers(o["ttfts"], where + "ttfts")
+    n = len(ttfts)
+    if num_prompts is not None and n != num_prompts:
+        notes.append(f"{n} per-request entries for num_prompts={num_prompts}")
+    itls_raw = r.array(r.require(o, "itls", where), where + "itls", n)
+    itls: list[list[float]] = []
+    for i, gaps in enumerate(itls_raw):
+        if not isinstance(gaps, list):
+            raise r.fail(f"{where}itls[{i}]", f"expected an array of seconds but found {type(gaps).__name__}")
+        if gaps and not all(isinstance(g, int | float) and not isinstance(g, bool) for g in gaps):
+            bad = next(g for g in gaps if not isinstance(g, int | float) or isinstance(g, bool))
+            raise r.fail(f"{where}itls[{i}]", f"expected numbers (seconds) but found {bad!r:.30}")
+        itls.append(gaps)
+    out_lens = r.numbers(r.require(o, "output_lens", where), where + "output_lens", n)
+    in_lens = r.numbers(o["input_lens"], where + "input_lens", n) if "input_lens" in o else None
+    errors_raw = r.array(o["errors"], where + "errors", n) if "errors" in o else None
+    latencies = r.numbers(o["latencies"], where + "latencies", n) if "latencies" in o else None
+    starts = r.numbers(o["start_times"], where + "start_times", n) if "start_times" in o else None
+
+    status: list[str] = []
+    errors: list[str | None] = []
+    ttft_ms: list[float | None] = []
+    e2e_ms: list[float | None] = []
+    for i in range(n):
+        err = errors_raw[i] if errors_raw is not None else None
+        err_text = str(err) if err not in (None, "") else None
+        t = ttfts[i]
+        failed = err_text is not None or (errors_raw is None and not t and not itls[i])
+        status.append("error" if failed else "ok")
+        errors.append(err_text if failed else None)
+        if failed:
+            ttft_ms.append(None)
+            e2e_ms.append(None)
+            continue
+        ttft_ms.append(None if t is None else t * 1000.0)
+        lat = latencies[i] if latencies is not None else None
+        if lat is None and t is not None:
+            lat = t + sum(itls[i])
+        e2e_ms.append(None if lat is None else lat * 1000.0)
+    if latencies is None:
+        notes.append("E2E reconstructed as TTFT + sum of inter-token gaps (no 'latencies' array)")
+    sent_at = None
+    if starts is not None and started is not None:
+        valid = [s for s in starts if s is not None]
+        base = min(valid) if valid else 0.0
+        sent_at = [None if s is None else started + (s - base) for s in starts]
+        notes.append(
+            "start_times are perf_counter() values: anchored at date − duration "
+            "(date read as UTC; the file does not say its time zone)"
+        )
+    run_id = run["run_id"]
+    requests = requests_frame(
+        run_id,
+        n,
+        ttft_ms=ttft_ms,
+        e2e_ms=e2e_ms,
+        output_tokens=[None if s == "error" else v for s, v in zip(status, out_lens, strict=True)],
+        input_tokens=in_lens,
+        status=status,
+        error=errors,
+        sent_at=sent_at,
+        chunks=[len(g) + 1 if s == "ok" else None for s, g in zip(status, itls, strict=True)],
+    )
+    gaps = gaps_frame(run_id, itls, scale_to_ms=1000.0)
+    run["tool_summary"] = tool
+    run["notes"] = "; ".join(notes) if notes else None
+    return ParsedRun(run=run, requests=requests, token_gaps=gaps)
+
+
+def parse(docs: list[Document], options: ImportOptions, clock: Clock) -> ParsedFile:
+    doc = docs[0]
+    objs = doc.objects
+    runs = [
+        _parse_run(doc, i, line, obj, len(objs), options, clock)
+        for i, (line, obj) in enumerate(objs)
+    ]
+    return ParsedFile(format=NAME, sources=[doc.source], runs=runs)

@@ -1,0 +1,237 @@
+"""Incremental reading of one streamed completion (Server-Sent Events), timed per read.
+
+The hot path of the load generator: every byte a server streams passes through
+``StreamAccumulator.feed``. It splits SSE events without decoding JSON, decides with a few byte
+searches whether an event carries generated content (``"content"``, ``"text"``,
+``"reasoning_content"``, ``"tool_calls"``), and keeps only the few payloads that must be decoded
+at the end (usage, finish reason, an error). Timestamps come from the caller: the instant the
+bytes were read from the socket.
+
+Metric definitions (ARCHITECTURE §5): the first content event gives TTFT; every gap between
+consecutive content events is one ITL sample (``gaps_ms``); the last byte gives E2E.
+"""
+
+from __future__ import annotations
+
+import json
+from array import array
+from typing import Any
+
+_CONTENT_KEYS: tuple[bytes, ...] = (
+    b'"content":',
+    b'"text":',
+    b'"reasoning_content":',
+    b'"reasoning":',
+)
+_WS = (b" ", b"\t", b"\n", b"\r")
+
+
+def has_content(payload: bytes) -> bool:
+    """True when a chunk's JSON carries generated content (a non-empty string or tool calls).
+
+    Works on the raw bytes: ``"content":""`` and ``"content":null`` are not content. A key
+    inside a JSON string cannot match, because quotes inside strings are escaped.
+    """
+    for key in _CONTENT_KEYS:
+        i = payload.find(key)
+        while i >= 0:
+            j = i + len(key)
+            c = payload[j : j + 1]
+            while c in _WS and c:
+                j += 1
+                c = payload[j : j + 1]
+            if c == b'"' and payload[j + 1 : j + 2] != b'"':
+                return True
+            i = payload.find(key, j)
+    return b'"tool_calls":[' in payload or b'"tool_calls": [' in payload
+
+
+def _value_follows(payload: bytes, key: bytes, first: bytes) -> bool:
+    """True when ``key`` occurs and its value starts with the byte ``first`` (e.g. ``{``)."""
+    i = payload.find(key)
+    while i >= 0:
+        j = i + len(key)
+        c = payload[j : j + 1]
+        while c in _WS and c:
+            j += 1
+            c = payload[j : j + 1]
+        if c == first:
+            return True
+        i = payload.find(key, j)
+    return False
+
+
+def _data_of(event: bytes) -> bytes | None:
+    """The data of one SSE event (lines joined by LF), or None for comments/other fields only."""
+    data: list[bytes] = []
+    for line in event.split(b"\n"):
+        if not line or line[:1] == b":":
+            continue  # blank line or comment
+        field, sep, value = line.partition(b":")
+        if field != b"data":
+            continue  # event:, id:, retry: — not needed here
+        if sep and value[:1] == b" ":
+            value = value[1:]
+        data.append(value)
+    if not data:
+        return None
+    return b"\n".join(data)
+
+
+class StreamAccumulator:
+    """Reads one SSE response body incrementally and times its content events.
+
+    ``feed(data, t)`` takes body bytes (already de-chunked) and the perf-counter instant they
+    were read. Events split across reads and several events per read are both handled; ``\\r\\n``
+    line endings are normalised. Nothing is JSON-decoded here except, with ``collect_text``,
+    content events (multi-turn conversations need the answer's text).
+    """
+
+    __slots__ = (
+        "_buf",
+        "_error_raw",
+        "_finish_raw",
+        "_texts",
+        "_usage_raw",
+        "chunks",
+        "collect_text",
+        "done",
+        "events",
+        "first_t",
+        "gaps_ms",
+        "last_byte_t",
+        "last_t",
+    )
+
+    def __init__(self, *, collect_text: bool = False) -> None:
+        self._buf = b""
+        self.first_t: float | None = None
+        self.last_t: float | None = None
+        self.last_byte_t: float | None = None
+        self.chunks = 0
+        self.events = 0
+        self.gaps_ms = array("d")
+        self.done = False
+        self.collect_text = collect_text
+        self._texts: list[str] = []
+        self._usage_raw: bytes | None = None
+        self._finish_raw: bytes | None = None
+        self._error_raw: bytes | None = None
+
+    # --- the hot path -------------------------------------------------------------------
+
+    def feed(self, data: bytes, t: float) -> None:
+        self.last_byte_t = t
+        buf = self._buf + data if self._buf else data
+        tail = b""
+        if b"\r" in buf:
+            if buf[-1:] == b"\r":  # maybe the first half of a CRLF split across reads
+                buf, tail = buf[:-1], b"\r"
+            buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        if b"\n\n" not in buf:
+            self._buf = buf + tail
+            return
+        parts = buf.split(b"\n\n")
+        self._buf = parts.pop() + tail
+        for event in parts:
+            if event[:5] == b"data:" and b"\n" not in event:
+                payload = event[5:]
+            else:
+                found = _data_of(event)
+                if found is None:
+                    continue
+                payload = found
+            self._event(payload, t)
+
+    def _event(self, payload: bytes, t: float) -> None:
+        self.events += 1
+        if has_content(payload):
+            last = self.last_t
+            if last is None:
+                self.first_t = t
+            else:
+                self.gaps_ms.append((t - last) * 1000.0)
+            self.last_t = t
+            self.chunks += 1
+            if self.collect_text:
+                self._texts.append(_content_text(payload))
+        elif payload.strip() == b"[DONE]":
+            self.done = True
+            return
+        if b'"usage"' in payload and _value_follows(payload, b'"usage":', b"{"):
+            self._usage_raw = payload
+        if b'"finish_reason"' in payload and _value_follows(payload, b'"finish_reason":', b'"'):
+            self._finish_raw = payload
+        if b'"error"' in payload and _value_follows(payload, b'"error":', b"{"):
+            self._error_raw = payload
+
+    # --- after the stream ---------------------------------------------------------------
+
+    def finish(self) -> None:
+        """Process a last event that ended without a blank line (at end of body)."""
+        if self._buf.strip():
+            rest, self._buf = self._buf, b""
+            payload = _data_of(rest.replace(b"\r\n", b"\n"))
+            if payload is not None and self.last_byte_t is not None:
+                self._event(payload, self.last_byte_t)
+
+    def usage(self) -> tuple[int | None, int | None, int | None]:
+        """(prompt_tokens, completion_tokens, cached_tokens) from the usage chunk, when sent."""
+        obj = _loads(self._usage_raw)
+        usage = obj.get("usage") if isinstance(obj, dict) else None
+        if not isinstance(usage, dict):
+            return None, None, None
+        details = usage.get("prompt_tokens_details")
+        cached = details.get("cached_tokens") if isinstance(details, dict) else None
+        return _int(usage.get("prompt_tokens")), _int(usage.get("completion_tokens")), _int(cached)
+
+    def finish_reason(self) -> str | None:
+        obj = _loads(self._finish_raw)
+        if not isinstance(obj, dict):
+            return None
+        for choice in obj.get("choices") or ():
+            if isinstance(choice, dict) and isinstance(choice.get("finish_reason"), str):
+                return str(choice["finish_reason"])
+        return None
+
+    def error(self) -> str | None:
+        """The message of an error event in the stream (servers report late failures so)."""
+        obj = _loads(self._error_raw)
+        if not isinstance(obj, dict) or "error" not in obj:
+            return None
+        err = obj["error"]
+        if isinstance(err, dict):
+            return str(err.get("message") or err)
+        return str(err)
+
+    def text(self) -> str:
+        return "".join(self._texts)
+
+
+def _loads(raw: bytes | None) -> Any:
+    if raw is None:
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
+
+
+def _int(value: Any) -> int | None:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _content_text(payload: bytes) -> str:
+    obj = _loads(payload)
+    if not isinstance(obj, dict):
+        return ""
+    parts: list[str] = []
+    for choice in obj.get("choices") or ():
+        if not isinstance(choice, dict):
+            continue
+        delta = choice.get("delta")
+        if isinstance(delta, dict) and isinstance(delta.get("content"), str):
+            parts.append(delta["content"])
+        elif isinstance(choice.get("text"), str):
+            parts.append(choice["text"])
+    return "".join(parts)

@@ -1,0 +1,210 @@
+"""Engines and short-lived connections, with lock retry (ARCHITECTURE §4).
+
+DuckDB lets one process open a file at a time, so nothing here holds a connection: each
+``Store.connect()`` opens one, runs a transaction and closes it. When another process holds the
+file, the open is retried with jittered exponential backoff up to a deadline, then
+``StoreLockedError`` is raised (collectors then spool their batch, see ``store.ingest``).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import sqlalchemy as sa
+from sqlalchemy.pool import NullPool, StaticPool
+
+import settings
+from errors import StoreError, StoreLockedError
+
+log = logging.getLogger("servescope.sql")
+
+_LOCK_MARKERS = ("could not set lock", "conflicting lock", "database is locked", "lock on file")
+
+_initialised: set[str] = set()
+_init_lock = threading.Lock()
+
+
+def is_lock_error(exc: BaseException) -> bool:
+    """True when ``exc`` (or its cause) says another process holds the DuckDB file."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if any(m in str(seen).lower() for m in _LOCK_MARKERS):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def mask_url(url: str) -> str:
+    """The URL with any password replaced by ***, safe to show and log."""
+    try:
+        return sa.engine.make_url(url).render_as_string(hide_password=True)
+    except sa.exc.ArgumentError:
+        return url
+
+
+class Store:
+    """A handle on the store: an engine plus the settings to use it well. Holds no connection."""
+
+    def __init__(
+        self,
+        engine: sa.Engine,
+        *,
+        lock_timeout_s: float = 10.0,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.engine = engine
+        self.lock_timeout_s = lock_timeout_s
+        self._sleep = sleep
+        self._clock = clock
+
+    # --- construction -------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        url: str | None = None,
+        *,
+        env: Mapping[str, str] | None = None,
+        lock_timeout_s: float | None = None,
+        initialise: bool = True,
+    ) -> Store:
+        """Open the store at ``url`` (default: SERVESCOPE_DB), migrating and seeding it once."""
+        url = url or settings.db_url(env)
+        timeout = settings.lock_timeout_s(env) if lock_timeout_s is None else lock_timeout_s
+        store = cls(_make_engine(url, trace=settings.sql_trace(env)), lock_timeout_s=timeout)
+        if initialise:
+            store.initialise()
+        return store
+
+    @classmethod
+    def memory(cls) -> Store:
+        """An in-memory DuckDB store (tests, previews): one shared connection, same API."""
+        store = cls(_make_engine("duckdb:///:memory:", trace=False))
+        store.initialise(force=True)
+        return store
+
+    def initialise(self, *, force: bool = False) -> None:
+        """Bring the schema up to date and seed the catalog, once per process and URL."""
+        key = str(self.engine.url)
+        with _init_lock:
+            if key in _initialised and not force:
+                return
+            from store import catalog, migrations
+
+            migrations.migrate(self)
+            catalog.seed(self)
+            if ":memory:" not in key:
+                _initialised.add(key)
+
+    # --- properties -----------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return mask_url(str(self.engine.url.render_as_string(hide_password=False)))
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    # --- connections ----------------------------------------------------------------------
+
+    @contextmanager
+    def connect(self) -> Iterator[sa.Connection]:
+        """A short-lived connection inside one transaction (committed on success)."""
+        conn = self._open_with_retry()
+        try:
+            with conn.begin():
+                yield conn
+        except sa.exc.SQLAlchemyError as exc:
+            if is_lock_error(exc):
+                raise StoreLockedError(
+                    f"the store {self.url} is locked by another process",
+                    hint="another ServeScope process is writing; retry, or use PostgreSQL "
+                    "for many writers",
+                ) from exc
+            raise StoreError(f"store error on {self.url}: {_first_line(exc)}") from exc
+        finally:
+            conn.close()
+
+    def _open_with_retry(self) -> sa.Connection:
+        deadline = self._clock() + self.lock_timeout_s
+        delay = 0.01
+        while True:
+            try:
+                return self.engine.connect()
+            except Exception as exc:  # the DB-API error type depends on the dialect
+                if not is_lock_error(exc):
+                    raise StoreError(
+                        f"cannot open the store {self.url}: {_first_line(exc)}"
+                    ) from exc
+                if self._clock() >= deadline:
+                    raise StoreLockedError(
+                        f"the store {self.url} stayed locked for {self.lock_timeout_s:g} s",
+                        hint="another process holds the DuckDB file; stop it, raise "
+                        "SERVESCOPE_LOCK_TIMEOUT_S, or use PostgreSQL for many writers",
+                    ) from exc
+                self._sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 2, 0.5)
+
+    def read_df(
+        self, statement: str | sa.Executable, params: Mapping[str, Any] | None = None
+    ) -> pd.DataFrame:
+        """Run a parameterised read and return its rows as a DataFrame."""
+        stmt = sa.text(statement) if isinstance(statement, str) else statement
+        with self.connect() as conn:
+            result = conn.execute(stmt, dict(params or {}))
+            columns = list(result.keys())
+            rows = result.fetchall()
+        return pd.DataFrame.from_records(rows, columns=columns)
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(getattr(exc, "orig", None) or exc)
+    return text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+
+
+def _make_engine(url: str, *, trace: bool) -> sa.Engine:
+    parsed = sa.engine.make_url(url)
+    kwargs: dict[str, Any] = {}
+    if parsed.get_backend_name() == "duckdb":
+        database = parsed.database or ":memory:"
+        if database == ":memory:":
+            kwargs["poolclass"] = StaticPool
+        else:
+            Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            kwargs["poolclass"] = NullPool  # never keep the file open between uses
+    elif parsed.get_backend_name() == "postgresql":
+        kwargs["pool_pre_ping"] = True
+    try:
+        engine = sa.create_engine(parsed, **kwargs)
+    except (sa.exc.ArgumentError, sa.exc.NoSuchModuleError) as exc:
+        raise StoreError(
+            f"cannot use the store URL {mask_url(url)}: {exc}",
+            hint="use duckdb:///path/to/file.duckdb or postgresql+psycopg://user@host/db",
+        ) from exc
+    if trace:
+        _install_tracer(engine)
+    return engine
+
+
+def _install_tracer(engine: sa.Engine) -> None:
+    @sa.event.listens_for(engine, "before_cursor_execute")
+    def _before(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        conn.info.setdefault("_t0", []).append(time.perf_counter())
+
+    @sa.event.listens_for(engine, "after_cursor_execute")
+    def _after(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        started = conn.info["_t0"].pop()
+        log.info("%.1f ms  %s", (time.perf_counter() - started) * 1000, " ".join(statement.split()))

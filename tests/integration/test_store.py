@@ -1,0 +1,189 @@
+"""The store against real databases: DuckDB files and (with `store_url`) PostgreSQL."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import sqlalchemy as sa
+
+from errors import ConfigError, InputError, StoreLockedError
+from store import catalog, ingest, migrations, queries_admin, schema
+from store.db import Store
+
+
+def _requests(run_id: str, n: int, start: int = 0) -> pd.DataFrame:
+    seq = np.arange(start, start + n)
+    return pd.DataFrame(
+        {
+            "run_id": run_id,
+            "seq": seq,
+            "sent_at": 1_700_000_000.0 + seq * 0.5,
+            "ttft_ms": 10.0 + seq,
+            "e2e_ms": 100.0 + seq,
+            "output_tokens": 10,
+            "status": "ok",
+        }
+    )
+
+
+def test_migrations_recorded_and_idempotent(store_url: str) -> None:
+    store = Store.open(store_url)
+    assert migrations.migrate(store) == migrations.MIGRATIONS[-1][0]
+    versions = store.read_df("SELECT version FROM schema_version ORDER BY version")
+    assert versions["version"].tolist() == [m[0] for m in migrations.MIGRATIONS]
+    # a second process-level open neither fails nor re-applies anything
+    assert migrations.migrate(Store.open(store_url)) == migrations.MIGRATIONS[-1][0]
+    assert len(store.read_df("SELECT * FROM schema_version")) == len(migrations.MIGRATIONS)
+
+
+def test_run_upsert_and_json_fields(store_url: str) -> None:
+    store = Store.open(store_url)
+    ingest.add_run(store, {"run_id": "r1", "name": "first", "engine_params": {"max_batch_size": 8}})
+    ingest.add_run(store, {"run_id": "r1", "status": "completed"})
+    df = store.read_df("SELECT name, status, engine_params, source FROM runs")
+    assert df.to_dict("records") == [
+        {
+            "name": "first",
+            "status": "completed",
+            "engine_params": '{"max_batch_size": 8}',
+            "source": "servescope",
+        }
+    ]
+    with pytest.raises(InputError, match="unknown run field"):
+        ingest.add_run(store, {"run_id": "r2", "api_key": "secret"})
+
+
+def test_bulk_requests_skip_rows_already_stored(store_url: str) -> None:
+    store = Store.open(store_url)
+    ingest.add_run(store, {"run_id": "r1"})
+    assert ingest.add_requests(store, _requests("r1", 1000)) == 1000
+    # an overlapping batch (a replayed spool file, say) only adds the new keys
+    assert ingest.add_requests(store, _requests("r1", 500, start=900)) == 400
+    df = store.read_df(
+        "SELECT count(*) AS n, min(seq) AS lo, max(seq) AS hi, sum(ttft_ms) AS s FROM requests"
+    )
+    assert df.iloc[0].to_dict() == {"n": 1400, "lo": 0, "hi": 1399, "s": 1400 * 10 + 1399 * 1400 / 2}
+    nulls = store.read_df("SELECT count(*) AS n FROM requests WHERE input_tokens IS NULL")
+    assert nulls["n"].iloc[0] == 1400
+
+
+def test_bulk_rejects_unknown_columns_and_writes_nothing(store_url: str) -> None:
+    store = Store.open(store_url)
+    bad = _requests("r1", 3).assign(api_key="x")
+    with pytest.raises(InputError, match="api_key"):
+        ingest.add_requests(store, bad)
+    assert queries_admin.table_counts(store)["requests"] == 0
+
+
+def test_replace_run_is_all_or_nothing(store_url: str) -> None:
+    store = Store.open(store_url)
+    ingest.replace_run(store, {"run_id": "imp", "name": "v1"}, _requests("imp", 10))
+    gaps = pd.DataFrame({"run_id": "imp", "seq": [0, 0], "idx": [0, 1], "gap_ms": [1.0, 2.0]})
+    # a failing replacement leaves the earlier copy whole
+    with pytest.raises(InputError):
+        ingest.replace_run(
+            store, {"run_id": "imp", "name": "v2"}, _requests("imp", 20).assign(bogus=1), gaps
+        )
+    assert store.read_df("SELECT name FROM runs")["name"].tolist() == ["v1"]
+    assert queries_admin.table_counts(store)["requests"] == 10
+    ingest.replace_run(store, {"run_id": "imp", "name": "v2"}, _requests("imp", 20), gaps)
+    counts = queries_admin.table_counts(store)
+    assert (counts["runs"], counts["requests"], counts["token_gaps"]) == (1, 20, 2)
+    ingest.delete_run(store, "imp")
+    counts = queries_admin.table_counts(store)
+    assert (counts["runs"], counts["requests"], counts["token_gaps"]) == (0, 0, 0)
+
+
+def test_catalog_seeded_and_user_edits_survive_reseeding(store_url: str) -> None:
+    store = Store.open(store_url)
+    seeded = catalog.names(store, "slo_profiles")
+    assert "interactive-chat" in seeded
+    assert catalog.get(store, "slo_profiles", "interactive-chat")["ttft_ms"] == 500.0
+    edited = catalog.get(store, "slo_profiles", "interactive-chat") | {"ttft_ms": 321.0}
+    catalog.save_user_entry(store, "slo_profiles", edited)
+    # make the seed look changed, then reseed: the user's entry stays, others are refreshed
+    with store.connect() as conn:
+        conn.execute(sa.update(schema.slo_profiles).values(seed_hash="stale"))
+    catalog.seed(store)
+    assert catalog.get(store, "slo_profiles", "interactive-chat")["ttft_ms"] == 321.0
+    hashes = store.read_df("SELECT name, seed_hash, origin FROM slo_profiles")
+    refreshed = hashes[hashes["origin"] == "seed"]["seed_hash"]
+    assert len(refreshed) and (refreshed != "stale").all()
+    assert catalog.seed(store) == 0  # nothing left to do
+    with pytest.raises(ConfigError, match="available: .*interactive-chat"):
+        catalog.get(store, "slo_profiles", "no-such-profile")
+
+
+_HOLDER = textwrap.dedent(
+    """
+    import sys, duckdb
+    con = duckdb.connect(sys.argv[1])
+    print("locked", flush=True)
+    sys.stdin.readline()
+    con.close()
+    """
+)
+
+
+def test_duckdb_lock_spools_then_ingests(tmp_path: Path) -> None:
+    path = tmp_path / "locked.duckdb"
+    store = Store.open(f"duckdb:///{path}", lock_timeout_s=0.3)
+    ingest.add_run(store, {"run_id": "r1"})
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        with pytest.raises(StoreLockedError, match="locked"):
+            ingest.add_requests(store, _requests("r1", 5))
+        writer = ingest.BufferedWriter(store, spool_dir=tmp_path / "spool")
+        writer.add("requests", _requests("r1", 50).to_dict("records"))
+        assert writer.flush() == 50
+        assert writer.batches_spooled == 1
+        assert len(list((tmp_path / "spool").glob("*.json"))) == 1
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.write("\n")
+        holder.stdin.close()
+        holder.wait(timeout=10)
+        holder.stdout.close()  # type: ignore[union-attr]
+    # the next successful flush stores the new rows and the spooled batch
+    writer.add("requests", _requests("r1", 10, start=50).to_dict("records"))
+    writer.close()
+    assert queries_admin.table_counts(store)["requests"] == 60
+    assert not list((tmp_path / "spool").glob("*.json"))
+
+
+def test_buffered_writer_background_flushes(tmp_path: Path) -> None:
+    store = Store.open(f"duckdb:///{tmp_path / 'w.duckdb'}")
+    writer = ingest.BufferedWriter(
+        store, flush_interval_s=0.05, background=True, spool_dir=tmp_path / "spool"
+    )
+    writer.add_run({"run_id": "w1", "status": "running"})
+    writer.add("requests", _requests("w1", 100).to_dict("records"))
+    deadline = time.monotonic() + 10
+    while queries_admin.table_counts(store)["requests"] < 100 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert queries_admin.table_counts(store)["requests"] == 100
+    writer.close()
+    assert writer.rows_written == 101
+
+
+def test_memory_store_and_bad_url() -> None:
+    store = Store.memory()
+    ingest.add_run(store, {"run_id": "m"})
+    assert queries_admin.table_counts(store)["runs"] == 1
+    from errors import StoreError
+
+    with pytest.raises(StoreError, match="duckdb:///"):
+        Store.open("nosuchdialect://x")

@@ -1,0 +1,75 @@
+"""Shared selections: read with defaults, kept in ``st.query_params`` so they can be shared.
+
+Pages never depend on widgets created in app.py (ARCHITECTURE §8): every selection is read here,
+with a default, from the URL or the page's own widget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import streamlit as st
+
+RUN_PARAM = "run"  # ?run=<run_id>
+RUN_WIDGET_KEY = "run_select"
+
+
+def requested_run() -> str | None:
+    """The run id in the URL (``?run=``), if any."""
+    value = st.query_params.get(RUN_PARAM)
+    return value or None
+
+
+def set_run(run_id: str | None) -> None:
+    """Select ``run_id`` (None clears it): the URL and the run picker follow."""
+    if run_id:
+        st.query_params[RUN_PARAM] = run_id
+    elif RUN_PARAM in st.query_params:
+        del st.query_params[RUN_PARAM]
+    st.session_state[RUN_WIDGET_KEY] = run_id
+
+
+def default_run(options: Sequence[str]) -> str | None:
+    """The URL's run when it is one of ``options``, else the first option (the newest run)."""
+    wanted = requested_run()
+    if wanted in options:
+        return wanted
+    return options[0] if options else None
+
+
+def _picker_changed() -> None:
+    set_run(st.session_state.get(RUN_WIDGET_KEY))
+
+
+def run_picker(choices: Mapping[str, str], *, label: str = "Run") -> str | None:
+    """A select box over ``choices`` (run id → label), synced with ``?run=``; the chosen id."""
+    options = list(choices)
+    if not options:
+        return None
+    current = st.session_state.get(RUN_WIDGET_KEY)
+    if current not in options:
+        current = default_run(options)
+        st.session_state[RUN_WIDGET_KEY] = current
+    if current and requested_run() != current:
+        st.query_params[RUN_PARAM] = current
+    chosen: str | None = st.selectbox(
+        label,
+        options,
+        format_func=lambda run_id: choices.get(run_id, run_id),
+        key=RUN_WIDGET_KEY,
+        on_change=_picker_changed,
+    )
+    return chosen
+
+
+def table_select_callback(table_key: str, run_ids: Sequence[str]) -> Callable[[], None]:
+    """``on_select`` callback for a runs table: the selected row becomes the selected run."""
+    ids = list(run_ids)
+
+    def _selected() -> None:
+        event = st.session_state.get(table_key)
+        rows = list(event.selection.rows) if event is not None else []
+        if rows and 0 <= rows[0] < len(ids):
+            set_run(ids[rows[0]])
+
+    return _selected
