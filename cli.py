@@ -80,15 +80,41 @@ def run_ui(args: argparse.Namespace) -> int:
         "--global.developmentMode",
         "false",
     ]
-    print(f"ServeScope dashboard on http://{args.host}:{args.port}  (store: {settings.db_url(env)})")
+    print(
+        f"ServeScope dashboard on http://{args.host}:{args.port}  (store: {settings.db_url(env)})"
+    )
     try:
         return subprocess.call(cmd, env=env)
     except KeyboardInterrupt:
         return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _demo_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     from collectors import demo
+
+    p = sub.add_parser(
+        "demo",
+        help="measure simulated engines into the store, then open the dashboard",
+        description=demo.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--no-ui", action="store_true", help="fill the store, do not open the UI")
+    p.add_argument("--port", type=int, default=8501, help="dashboard port (default 8501)")
+    p.add_argument("--db", help="store URL (default: $SERVESCOPE_DB or the DuckDB file)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(func=_run_demo)
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from collectors import demo
+
+    demo.fill(args.db, progress=not args.quiet)
+    if args.no_ui:
+        return 0
+    return run_ui(argparse.Namespace(host="127.0.0.1", port=args.port, db=args.db))
+
+
+def build_parser() -> argparse.ArgumentParser:
     from collectors.loadgen import command as bench_command
     from sim import command as sim_command
 
@@ -100,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sim_command.register(sub)
     bench_command.register(sub)
-    demo.register(sub)
+    _demo_command(sub)
     _ui_command(sub)
     _db_commands(sub)
     return parser
