@@ -72,8 +72,11 @@ def main() -> None:
             times.append(time.perf_counter() - t0)
         med = statistics.median(times)
         print(f"DuckDB ingest of {args.rows:,} request rows (median of {args.repeats}):")
-        print(f"  {med:.3f} s  → {args.rows / med:,.0f} rows/s   (runs: "
-              + ", ".join(f"{t:.3f}" for t in times) + " s; target ≥ 1,000,000 rows/s)")
+        print(
+            f"  {med:.3f} s  → {args.rows / med:,.0f} rows/s   (runs: "
+            + ", ".join(f"{t:.3f}" for t in times)
+            + " s; target ≥ 1,000,000 rows/s)"
+        )
 
         stored = args.rows * args.repeats
         i = args.repeats
@@ -90,12 +93,16 @@ def main() -> None:
             result = queries.latency_by_bucket(store, metric="ttft_ms", edges=DEFAULT_EDGES)
             qtimes.append(time.perf_counter() - t0)
         qmed = statistics.median(qtimes)
-        print(f"\nP50/P90/P99 TTFT by input-length bucket over {stored:,} requests "
-              f"(median of {args.repeats}): {qmed:.3f} s (target < 1 s)")
+        print(
+            f"\nP50/P90/P99 TTFT by input-length bucket over {stored:,} requests "
+            f"(median of {args.repeats}): {qmed:.3f} s (target < 1 s)"
+        )
         labels = bucket_labels(DEFAULT_EDGES)
         for row in result.itertuples():
-            print(f"  {labels[int(row.bucket)]:>8}  n={int(row.n):>10,}  p50={row.p50_ms:8.1f}  "
-                  f"p90={row.p90_ms:8.1f}  p99={row.p99_ms:8.1f} ms")
+            print(
+                f"  {labels[int(row.bucket)]:>8}  n={int(row.n):>10,}  p50={row.p50_ms:8.1f}  "
+                f"p90={row.p90_ms:8.1f}  p99={row.p99_ms:8.1f} ms"
+            )
 
 
 if __name__ == "__main__":

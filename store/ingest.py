@@ -12,7 +12,7 @@ every ~2 s; when the store stays locked past the deadline the batch goes to the 
 
 from __future__ import annotations
 
-import io
+import contextlib
 import json
 import logging
 import math
@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
+import pyarrow as pa
 import sqlalchemy as sa
 
 import settings
@@ -155,20 +156,28 @@ def _bulk_insert(conn: sa.Connection, table: sa.Table, rows: Rows) -> int:
 
 
 def _duckdb_insert(conn: sa.Connection, table: sa.Table, df: pd.DataFrame) -> int:
-    # DuckDB's bulk tables carry no PRIMARY KEY (its index costs ~3x at ingest, see
-    # store.migrations): rows whose key is already stored are skipped by an anti-join instead.
+    # DuckDB's bulk tables carry no PRIMARY KEY (its index made ingest ~3x slower, see
+    # store.migrations). Rows whose key is already stored are skipped by an anti-join, which
+    # only runs when the batch's key range overlaps stored rows (replays, re-imports).
     raw = conn.connection.dbapi_connection
     assert raw is not None
     name = f"_ingest_{uuid.uuid4().hex}"
     cols = ", ".join(f'"{c}"' for c in df.columns)
     keys = [c.name for c in table.primary_key.columns]
-    match = " AND ".join(f'"{table.name}"."{k}" = d."{k}"' for k in keys)
-    raw.register(name, df)
+    first, last = keys[0], keys[-1]
+    raw.register(name, pa.Table.from_pandas(df, preserve_index=False))
     try:
-        result = raw.execute(
-            f'INSERT INTO "{table.name}" ({cols}) SELECT {cols} FROM {name} AS d '
-            f'WHERE NOT EXISTS (SELECT 1 FROM "{table.name}" WHERE {match})'
-        ).fetchall()
+        overlap = raw.execute(
+            f'SELECT count(*) FROM (SELECT 1 FROM "{table.name}" '
+            f'WHERE "{first}" IN (SELECT DISTINCT "{first}" FROM {name}) '
+            f'AND "{last}" BETWEEN (SELECT min("{last}") FROM {name}) '
+            f'AND (SELECT max("{last}") FROM {name}) LIMIT 1) AS o'
+        ).fetchall()[0][0]
+        insert = f'INSERT INTO "{table.name}" ({cols}) SELECT {cols} FROM {name} AS d'
+        if overlap:
+            match = " AND ".join(f'"{table.name}"."{k}" = d."{k}"' for k in keys)
+            insert += f' WHERE NOT EXISTS (SELECT 1 FROM "{table.name}" WHERE {match})'
+        result = raw.execute(insert).fetchall()
         return int(result[0][0]) if result else len(df)
     finally:
         raw.unregister(name)
@@ -235,7 +244,7 @@ def spool_batch(batch: Mapping[str, list[dict[str, Any]]], spool_dir: Path) -> P
     payload = {
         t: [{k: _jsonable(v) for k, v in r.items()} for r in rows] for t, rows in batch.items()
     }
-    with io.open(tmp, "w", encoding="utf-8") as fh:
+    with open(tmp, "w", encoding="utf-8") as fh:
         json.dump(payload, fh, default=str)
         fh.flush()
         os.fsync(fh.fileno())
@@ -334,10 +343,8 @@ class BufferedWriter:
                 self.batches_spooled += 1
                 raise
             self.rows_written += count
-            try:
+            with contextlib.suppress(StoreLockedError):
                 self.rows_written += ingest_spool(self.store, self.spool_dir)
-            except StoreLockedError:
-                pass
             return count
 
     def _loop(self) -> None:

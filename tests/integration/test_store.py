@@ -69,7 +69,12 @@ def test_bulk_requests_skip_rows_already_stored(store_url: str) -> None:
     df = store.read_df(
         "SELECT count(*) AS n, min(seq) AS lo, max(seq) AS hi, sum(ttft_ms) AS s FROM requests"
     )
-    assert df.iloc[0].to_dict() == {"n": 1400, "lo": 0, "hi": 1399, "s": 1400 * 10 + 1399 * 1400 / 2}
+    assert df.iloc[0].to_dict() == {
+        "n": 1400,
+        "lo": 0,
+        "hi": 1399,
+        "s": 1400 * 10 + 1399 * 1400 / 2,
+    }
     nulls = store.read_df("SELECT count(*) AS n FROM requests WHERE input_tokens IS NULL")
     assert nulls["n"].iloc[0] == 1400
 
@@ -117,7 +122,7 @@ def test_catalog_seeded_and_user_edits_survive_reseeding(store_url: str) -> None
     refreshed = hashes[hashes["origin"] == "seed"]["seed_hash"]
     assert len(refreshed) and (refreshed != "stale").all()
     assert catalog.seed(store) == 0  # nothing left to do
-    with pytest.raises(ConfigError, match="available: .*interactive-chat"):
+    with pytest.raises(ConfigError, match=r"available: .*interactive-chat"):
         catalog.get(store, "slo_profiles", "no-such-profile")
 
 
