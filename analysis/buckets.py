@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
+
 from errors import ConfigError
 
 DEFAULT_EDGES: tuple[int, ...] = (256, 1024, 4096, 16384, 65536)

@@ -188,6 +188,10 @@ def _postgres_insert(conn: sa.Connection, table: sa.Table, df: pd.DataFrame) -> 
     assert raw is not None
     tmp = f"_ingest_{uuid.uuid4().hex[:12]}"
     cols = ", ".join(f'"{c}"' for c in df.columns)
+    df = df.copy()
+    for name in df.columns:  # COPY rejects "200.0" for an integer column: give ints as ints
+        if isinstance(table.c[name].type, sa.Integer) and df[name].dtype.kind == "f":
+            df[name] = df[name].round().astype("Int64")
     clean = df.astype(object).where(df.notna(), None)
     with raw.cursor() as cur:
         cur.execute(

@@ -15,16 +15,21 @@ constants of this module (column names from a fixed map, percentile fractions).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
-from typing import Final
+from typing import Any, Final
 
 import pandas as pd
+import sqlalchemy as sa
 
 from errors import InputError
 from store.db import Store
 
 #: Percentiles (fractions) reported per run in run_detail / run_itl_summary.
 DETAIL_QUANTILES: Final[tuple[float, ...]] = (0.5, 0.9, 0.95, 0.99)
+
+#: Percentiles (fractions) reported per input-length bucket (P50 … P99.9).
+BUCKET_QUANTILES: Final[tuple[float, ...]] = (0.5, 0.9, 0.95, 0.99, 0.999)
 
 #: Per-request metrics that can be sampled for distributions, and where they live.
 SAMPLE_METRICS: Final[Mapping[str, str]] = {
@@ -47,15 +52,23 @@ _RUN_COLUMNS: Final = (
 # --- SQL building blocks ---------------------------------------------------------------------
 
 
-def _pct(dialect: str, expr: str, q: float, cond: str | None = None) -> str:
-    """A continuous (linearly interpolated) percentile aggregate in the store's dialect."""
-    if not 0.0 <= q <= 1.0:
-        raise ValueError(f"quantile must be within 0..1, got {q!r}")
+def _pcts(dialect: str, expr: str, qs: Sequence[float], cond: str | None = None) -> list[str]:
+    """Continuous (linearly interpolated) percentiles of ``expr``, one SQL expression per q.
+
+    The expressions share one aggregate over the whole list of fractions (DuckDB
+    ``quantile_cont(x, [..])``, PostgreSQL ``percentile_cont(ARRAY[..]) WITHIN GROUP``), which
+    both engines compute once per group: one sort instead of one per percentile.
+    """
+    for q in qs:
+        if not 0.0 <= q <= 1.0:
+            raise ValueError(f"quantile must be within 0..1, got {q!r}")
+    listed = ", ".join(repr(float(q)) for q in qs)
     if dialect == "postgresql":
-        agg = f"percentile_cont({float(q)!r}) WITHIN GROUP (ORDER BY {expr})"
+        agg = f"percentile_cont(ARRAY[{listed}]::double precision[]) WITHIN GROUP (ORDER BY {expr})"
     else:  # duckdb
-        agg = f"quantile_cont({expr}, {float(q)!r})"
-    return agg + (f" FILTER (WHERE {cond})" if cond else "")
+        agg = f"quantile_cont({expr}, [{listed}])"
+    agg = _filtered(agg, cond)
+    return [f"({agg})[{i}]" for i in range(1, len(qs) + 1)]
 
 
 def _filtered(agg: str, cond: str | None) -> str:
@@ -74,8 +87,8 @@ def _dist_columns(
         f"{_filtered(f'COUNT({expr})', cond)} AS {prefix}_n",
         f"{_filtered(f'AVG({expr})', cond)} AS {prefix}_mean_ms",
     ]
-    for q in quantiles:
-        cols.append(f"{_pct(dialect, expr, q, cond)} AS {prefix}_{_qname(q)}_ms")
+    for q, pct in zip(quantiles, _pcts(dialect, expr, quantiles, cond), strict=True):
+        cols.append(f"{pct} AS {prefix}_{_qname(q)}_ms")
     return cols
 
 
@@ -149,14 +162,16 @@ def latest_runs(store: Store, limit: int = 50) -> pd.DataFrame:
     if limit < 1:
         raise InputError(f"limit must be at least 1, got {limit}")
     d = store.dialect
+    ttft_p50, ttft_p99 = _pcts(d, "q.ttft_ms", (0.5, 0.99), OK)
+    tpot_p50, tpot_p99 = _pcts(d, "q.tpot_ms", (0.5, 0.99), OK)
     pct_cols = ",\n".join(
         [
             f"{_filtered('COUNT(q.ttft_ms)', OK)} AS ttft_n",
-            f"{_pct(d, 'q.ttft_ms', 0.5, OK)} AS ttft_p50_ms",
-            f"{_pct(d, 'q.ttft_ms', 0.99, OK)} AS ttft_p99_ms",
+            f"{ttft_p50} AS ttft_p50_ms",
+            f"{ttft_p99} AS ttft_p99_ms",
             f"{_filtered('COUNT(q.tpot_ms)', OK)} AS tpot_n",
-            f"{_pct(d, 'q.tpot_ms', 0.5, OK)} AS tpot_p50_ms",
-            f"{_pct(d, 'q.tpot_ms', 0.99, OK)} AS tpot_p99_ms",
+            f"{tpot_p50} AS tpot_p50_ms",
+            f"{tpot_p99} AS tpot_p99_ms",
         ]
     )
     sql = f"""
@@ -379,3 +394,67 @@ def run_errors(store: Store, run_id: str, limit: int = 10) -> pd.DataFrame:
         LIMIT :limit
     """
     return _coerce(store.read_df(sql, {"run_id": run_id, "limit": int(limit)}), ints=("count",))
+
+
+# --- across runs -----------------------------------------------------------------------------
+
+
+def latency_by_bucket(
+    store: Store,
+    metric: str = "ttft_ms",
+    edges: Sequence[int] = (256, 1024, 4096, 16384, 65536),
+    run_ids: Sequence[str] | None = None,
+) -> pd.DataFrame:
+    """Percentiles of ``metric`` per input-length bucket, over successful requests.
+
+    ``edges`` are the buckets' lower bounds after the first (see ``analysis.buckets``): bucket
+    ``i`` holds ``edges[i-1] <= input_tokens < edges[i]``. ``run_ids`` restricts to those runs
+    (None: every run). ``itl_ms`` pools the token gaps of the requests in each bucket.
+    Columns: bucket (index into ``analysis.buckets.bucket_labels(edges)``), n, mean_ms, p50_ms,
+    p90_ms, p95_ms, p99_ms, p99_9_ms; only buckets with samples, in bucket order.
+    """
+    if metric not in SAMPLE_METRICS:
+        raise InputError(
+            f"unknown metric {metric!r}", hint=f"choose one of {', '.join(SAMPLE_METRICS)}"
+        )
+    bounds = [int(e) for e in edges]
+    if not bounds or any(b <= a for a, b in itertools.pairwise(bounds)):
+        raise InputError(f"bucket edges {bounds} must be a non-empty increasing list")
+    params: dict[str, Any] = {f"e{i}": e for i, e in enumerate(bounds)}
+    case = (
+        "CASE "
+        + " ".join(f"WHEN q.input_tokens < :e{i} THEN {i}" for i in range(len(bounds)))
+        + f" ELSE {len(bounds)} END"
+    )
+    expr = "g.gap_ms" if metric == "itl_ms" else f"q.{SAMPLE_METRICS[metric]}"
+    source = (
+        "token_gaps g JOIN requests q ON q.run_id = g.run_id AND q.seq = g.seq"
+        if metric == "itl_ms"
+        else "requests q"
+    )
+    where = [OK, "q.input_tokens IS NOT NULL", f"{expr} IS NOT NULL"]
+    if run_ids is not None:
+        if not run_ids:
+            return pd.DataFrame(
+                columns=["bucket", "n", "mean_ms", *(f"{_qname(q)}_ms" for q in BUCKET_QUANTILES)]
+            )
+        where.append("q.run_id IN :run_ids")
+        params["run_ids"] = list(run_ids)
+    cols = _dist_columns(store.dialect, "v", "x", None, BUCKET_QUANTILES)
+    sql = f"""
+        WITH b AS (
+            SELECT {case} AS bucket, {expr} AS v
+            FROM {source}
+            WHERE {" AND ".join(where)}
+        )
+        SELECT bucket, {", ".join(cols)}
+        FROM b
+        GROUP BY bucket
+        ORDER BY bucket
+    """
+    stmt = sa.text(sql)
+    if run_ids is not None:
+        stmt = stmt.bindparams(sa.bindparam("run_ids", expanding=True))
+    df = store.read_df(stmt, params)
+    df.columns = [c[2:] if c.startswith("x_") else c for c in df.columns]
+    return _coerce(df, ints=("bucket", "n"))

@@ -51,7 +51,7 @@ def fmt_count(value: Any) -> str:
 
 
 def load_label(arrival: Any, concurrency: Any, target_rate: Any) -> str:
-    """How a run loaded the server: ``"c=8"`` (closed loop), ``"4 req/s poisson"``, ``"∞ req/s"``."""
+    """How a run loaded the server: ``"c=8"``, ``"4 req/s poisson"``, ``"∞ req/s"``."""
     if not is_missing(concurrency) and (is_missing(arrival) or arrival == "concurrency"):
         return f"c={int(concurrency)}"
     if not is_missing(target_rate):
@@ -73,15 +73,39 @@ def client_bound_label(flag: Any, reason: Any) -> str:
 
 def run_label(row: Mapping[str, Any]) -> str:
     """One line naming a run in a picker: name · framework · model · load (plain text)."""
+
+    def text(*keys: str) -> str:
+        for key in keys:
+            value = row.get(key)
+            if not is_missing(value) and value != "":
+                return str(value)
+        return "?"
+
     parts = [
-        str(row.get("name") or row.get("run_id") or "?"),
-        str(row.get("framework") or "?"),
-        str(row.get("model") or "?"),
+        text("name", "run_id"),
+        text("framework"),
+        text("model"),
         load_label(row.get("arrival"), row.get("concurrency"), row.get("target_rate")),
     ]
     if client_bound_label(row.get("client_bound"), None):
         parts.append("⚠ client-bound")
     return " · ".join(parts)
+
+
+def records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """The rows of ``df`` as dicts keyed by column name."""
+    return [{str(k): v for k, v in rec.items()} for rec in df.to_dict("records")]
+
+
+def first_row(df: pd.DataFrame) -> dict[str, Any]:
+    """The first row of ``df`` as a dict ({} when empty)."""
+    rows = records(df.head(1))
+    return rows[0] if rows else {}
+
+
+def run_choices(latest: pd.DataFrame) -> dict[str, str]:
+    """Run id → picker label for every row of ``latest_runs``, in order."""
+    return {str(row["run_id"]): run_label(row) for row in records(latest)}
 
 
 def _text(value: Any) -> str:
@@ -167,13 +191,13 @@ def latency_table(detail: Mapping[str, Any], itl: Mapping[str, Any] | None = Non
         merged.update(itl)
     rows = []
     for label, prefix in LATENCY_ROWS:
-        n = merged.get(f"{prefix}_n")
-        n = 0 if is_missing(n) else int(n)
+        raw_n = merged.get(f"{prefix}_n")
+        n = 0 if raw_n is None or is_missing(raw_n) else int(raw_n)
         row: dict[str, Any] = {"metric": label, "samples": n}
         for stat in ("mean", "p50", "p90", "p95", "p99"):
             value = merged.get(f"{prefix}_{stat}_ms")
             row[stat.upper() if stat != "mean" else "mean"] = (
-                None if is_missing(value) else round(float(value), 2)
+                None if value is None or is_missing(value) else round(float(value), 2)
             )
         row["P99 confidence"] = "—" if n == 0 else ("low (<100)" if low_confidence(99, n) else "ok")
         rows.append(row)
@@ -186,9 +210,12 @@ def summary_figures(detail: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     def get(key: str) -> Any:
         return detail.get(key)
 
-    requests, ok = get("requests"), get("ok")
-    errors = get("errors")
-    error_rate = None if is_missing(requests) or not requests else float(errors) / float(requests)
+    requests, ok, errors = get("requests"), get("ok"), get("errors")
+    error_pct = (
+        None
+        if is_missing(requests) or not requests or is_missing(errors)
+        else 100.0 * float(errors) / float(requests)
+    )
     interactivity = get("tpot_p50_ms")
     interactivity = (
         None if is_missing(interactivity) or not interactivity else 1000.0 / float(interactivity)
@@ -197,7 +224,7 @@ def summary_figures(detail: Mapping[str, Any]) -> list[tuple[str, str, str]]:
         ("Requests", f"{fmt_count(ok)} ok / {fmt_count(requests)}", "successful / all requests"),
         (
             "Errors",
-            f"{fmt_count(errors)} ({fmt_number(None if error_rate is None else 100 * error_rate)}%)",
+            f"{fmt_count(errors)} ({fmt_number(error_pct)}%)",
             "error, timeout and cancelled requests",
         ),
         ("Duration", fmt_number(get("duration_s"), 1, "s"), "run wall-clock duration"),
@@ -222,3 +249,13 @@ def summary_figures(detail: Mapping[str, Any]) -> list[tuple[str, str, str]]:
             "1000 / median TPOT: the streaming speed one user sees",
         ),
     ]
+
+
+def percentile_marks(summary: Mapping[str, Any], metric: str) -> dict[str, float | None]:
+    """P50/P99 of ``metric`` (e.g. ``ttft_ms``) from a ``run_detail``/``run_itl_summary`` row."""
+    prefix = metric.removesuffix("_ms")
+    marks: dict[str, float | None] = {}
+    for name in ("P50", "P99"):
+        value = summary.get(f"{prefix}_{name.lower()}_ms")
+        marks[name] = None if value is None or is_missing(value) else float(value)
+    return marks

@@ -1,0 +1,95 @@
+"""Home: what is in the store, the latest runs, and one run in detail."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from errors import ServeScopeError
+from ui import cache, charts, state
+from ui import format as fmt
+from ui.errors import show_error
+
+st.title("ServeScope")
+
+try:
+    overview = cache.store_overview()
+    latest = cache.latest_runs() if not overview.empty else None
+except ServeScopeError as exc:
+    show_error(exc)
+    st.stop()
+
+if latest is None or latest.empty:
+    st.info("The store holds no runs yet. Fill it with one of these commands:")
+    st.code("\n".join(fmt.EMPTY_STORE_COMMANDS), language="bash")
+    st.caption(
+        "`servescope demo` starts simulated engines and measures them; `servescope bench` "
+        "measures any OpenAI-compatible endpoint; `servescope sim` serves a simulated engine "
+        "to bench against."
+    )
+    st.stop()
+
+st.subheader("In the store")
+st.dataframe(fmt.overview_table(overview), hide_index=True, key="overview_table")
+
+st.subheader("Latest runs")
+bound = int(latest["client_bound"].fillna(False).sum())
+if bound:
+    st.warning(
+        f"Client-bound runs: {bound} of {len(latest)}. Their load generator fell behind, so "
+        "their latencies include its own queueing (flagged in the table).",
+        icon=":material/warning:",
+    )
+run_ids = latest["run_id"].tolist()
+st.dataframe(
+    fmt.runs_table(latest),
+    hide_index=True,
+    key="latest_runs_table",
+    on_select=state.table_select_callback("latest_runs_table", run_ids),
+    selection_mode="single-row",
+)
+
+st.subheader("Run detail")
+choices = fmt.run_choices(latest)
+wanted = state.requested_run()
+if wanted and wanted not in choices:
+    extra = cache.run_detail(wanted)
+    if not extra.empty:
+        choices = {wanted: fmt.run_label(fmt.first_row(extra)), **choices}
+run_id = state.run_picker(choices)
+detail = cache.run_detail(run_id) if run_id else None
+if run_id is None or detail is None or detail.empty:
+    st.info("Select a run above to see its detail.")
+    st.stop()
+
+row = fmt.first_row(detail)
+if fmt.client_bound_label(row.get("client_bound"), None):
+    st.warning(
+        "Client-bound: " + fmt.md_escape(row.get("client_bound_reason") or "no reason recorded"),
+        icon=":material/warning:",
+    )
+for col, (label, value, help_text) in zip(
+    st.columns(4) + st.columns(4), fmt.summary_figures(row), strict=False
+):
+    col.metric(label, value, help=help_text)
+
+itl = cache.run_itl_summary(run_id)
+itl_row = fmt.first_row(itl)
+st.dataframe(fmt.latency_table(row, itl_row), hide_index=True, key="latency_table")
+
+for tab, (metric, label) in zip(
+    st.tabs(["TTFT", "TPOT", "ITL", "E2E"]),
+    [("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("itl_ms", "ITL"), ("e2e_ms", "E2E")],
+    strict=True,
+):
+    sample = cache.run_metric_sample(run_id, metric)
+    marks = fmt.percentile_marks(itl_row if metric == "itl_ms" else row, metric)
+    left, right = tab.columns(2)
+    left.plotly_chart(
+        charts.latency_histogram(sample, label, percentiles=marks), key=f"hist_{metric}"
+    )
+    right.plotly_chart(charts.latency_ecdf(sample, label, percentiles=marks), key=f"ecdf_{metric}")
+
+failures = cache.run_errors(run_id)
+if not failures.empty:
+    st.subheader("Failures")
+    st.dataframe(failures, hide_index=True, key="failures_table")

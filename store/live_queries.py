@@ -1,0 +1,158 @@
+"""Intent-named reads of the live collectors' tables → DataFrames (engine and GPU samples).
+
+Every read is bounded by time (``since``), so a store holding months of samples answers the
+Live page from its last minutes only. Statements are ``text()`` with bound parameters; the same
+SQL runs on DuckDB and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+
+from store.db import Store
+
+#: The normalised metrics the Live page draws (histogram series are read separately).
+LIVE_METRICS: tuple[str, ...] = (
+    "requests_running",
+    "requests_waiting",
+    "kv_cache_usage",
+    "preemptions_total",
+    "generation_tokens_total",
+    "prompt_tokens_total",
+    "requests_finished_total",
+)
+
+
+def _in_list(prefix: str, values: Sequence[str]) -> tuple[str, dict[str, str]]:
+    names = [f"{prefix}{i}" for i in range(len(values))]
+    return ", ".join(f":{n}" for n in names), dict(zip(names, values, strict=True))
+
+
+def last_sample_times(store: Store) -> pd.DataFrame:
+    """When each engine target and each GPU last reported: columns kind, key, last_ts.
+
+    ``kind`` is ``engine`` (key = target URL) or ``gpu`` (key = host). Over all time, so the
+    page can say "last seen …" for a source that stopped long ago.
+    """
+    return store.read_df(
+        "SELECT 'engine' AS kind, target AS key, MAX(ts) AS last_ts FROM engine_samples "
+        "GROUP BY target "
+        "UNION ALL "
+        "SELECT 'gpu' AS kind, host AS key, MAX(ts) AS last_ts FROM gpu_samples GROUP BY host "
+        "ORDER BY kind, key"
+    )
+
+
+def latest_sample_ts(store: Store) -> float | None:
+    """The newest sample of any live source, or None when nothing was ever collected."""
+    df = last_sample_times(store)
+    if df.empty or df["last_ts"].isna().all():
+        return None
+    return float(df["last_ts"].max())
+
+
+def engine_series(
+    store: Store,
+    *,
+    since: float,
+    until: float | None = None,
+    metrics: Sequence[str] = LIVE_METRICS,
+    targets: Sequence[str] | None = None,
+) -> pd.DataFrame:
+    """Normalised engine samples in [since, until]: columns target, engine, ts, metric, value."""
+    metric_sql, params = _in_list("m", list(metrics))
+    sql = (
+        "SELECT target, engine, ts, metric, value FROM engine_samples "
+        f"WHERE ts >= :since AND ts <= :until AND metric IN ({metric_sql})"
+    )
+    params_all: dict[str, object] = {"since": since, "until": until or 1e18, **params}
+    if targets:
+        target_sql, tparams = _in_list("t", list(targets))
+        sql += f" AND target IN ({target_sql})"
+        params_all.update(tparams)
+    return store.read_df(sql + " ORDER BY target, ts, metric", params_all)
+
+
+def latest_engine_state(store: Store) -> pd.DataFrame:
+    """Each target's normalised metrics at its newest scrape: target, engine, ts, metric, value."""
+    return store.read_df(
+        "SELECT s.target, s.engine, s.ts, s.metric, s.value FROM engine_samples AS s "
+        "JOIN (SELECT target, MAX(ts) AS ts FROM engine_samples GROUP BY target) AS l "
+        "ON s.target = l.target AND s.ts = l.ts "
+        "WHERE s.metric NOT LIKE '%\\_bucket:%' ESCAPE '\\' "
+        "ORDER BY s.target, s.metric"
+    )
+
+
+def engine_histogram_series(
+    store: Store, target: str, hist: str, *, since: float, until: float | None = None
+) -> pd.DataFrame:
+    """One target's stored histogram series (``<hist>_bucket:*``, ``_sum``, ``_count``), with
+    the last scrape before ``since`` as the baseline: columns ts, metric, value."""
+    params: dict[str, object] = {
+        "target": target,
+        "pattern": hist.replace("_", "\\_") + "\\_%",
+        "since": since,
+        "until": until or 1e18,
+    }
+    return store.read_df(
+        "SELECT ts, metric, value FROM engine_samples "
+        "WHERE target = :target AND metric LIKE :pattern ESCAPE '\\' "
+        "AND ts <= :until AND ts >= COALESCE((SELECT MAX(ts) FROM engine_samples "
+        "  WHERE target = :target AND ts < :since), :since) "
+        "ORDER BY ts, metric",
+        params,
+    )
+
+
+def gpu_series(
+    store: Store, *, since: float, until: float | None = None, hosts: Sequence[str] | None = None
+) -> pd.DataFrame:
+    """GPU samples in [since, until]: host, gpu_index, ts, gpu_name, gpu_uuid, mem_used_bytes,
+    mem_total_bytes, util_gpu, util_mem, power_w, temp_c, sm_clock_mhz, source."""
+    sql = (
+        "SELECT host, gpu_index, ts, gpu_name, gpu_uuid, mem_used_bytes, mem_total_bytes, "
+        "util_gpu, util_mem, power_w, temp_c, sm_clock_mhz, source FROM gpu_samples "
+        "WHERE ts >= :since AND ts <= :until"
+    )
+    params: dict[str, object] = {"since": since, "until": until or 1e18}
+    if hosts:
+        host_sql, hparams = _in_list("h", list(hosts))
+        sql += f" AND host IN ({host_sql})"
+        params.update(hparams)
+    return store.read_df(sql + " ORDER BY host, gpu_index, ts", params)
+
+
+def gpu_memory_series(store: Store, *, since: float, until: float | None = None) -> pd.DataFrame:
+    """GPU memory over time: host, gpu_index, ts, mem_used_bytes, mem_total_bytes."""
+    df = gpu_series(store, since=since, until=until)
+    return df[["host", "gpu_index", "ts", "mem_used_bytes", "mem_total_bytes"]]
+
+
+def latest_gpu_state(store: Store) -> pd.DataFrame:
+    """Each GPU's newest sample (same columns as :func:`gpu_series`)."""
+    return store.read_df(
+        "SELECT g.host, g.gpu_index, g.ts, g.gpu_name, g.gpu_uuid, g.mem_used_bytes, "
+        "g.mem_total_bytes, g.util_gpu, g.util_mem, g.power_w, g.temp_c, g.sm_clock_mhz, "
+        "g.source FROM gpu_samples AS g "
+        "JOIN (SELECT host, gpu_index, MAX(ts) AS ts FROM gpu_samples "
+        "GROUP BY host, gpu_index) AS l "
+        "ON g.host = l.host AND g.gpu_index = l.gpu_index AND g.ts = l.ts "
+        "ORDER BY g.host, g.gpu_index"
+    )
+
+
+def sample_counts(
+    store: Store, *, since: float | None = None, until: float | None = None
+) -> dict[str, int]:
+    """Rows per live table in [since, until] (the soak test's 'stored' side)."""
+    out: dict[str, int] = {}
+    params = {"since": since if since is not None else -1e18, "until": until or 1e18}
+    for table in ("engine_samples", "engine_raw_samples", "gpu_samples", "gpu_process_samples"):
+        df = store.read_df(
+            f"SELECT COUNT(*) AS n FROM {table} WHERE ts >= :since AND ts <= :until", params
+        )
+        out[table] = int(df["n"].iloc[0])
+    return out
