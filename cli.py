@@ -79,6 +79,8 @@ def run_ui(args: argparse.Namespace) -> int:
         "false",
         "--global.developmentMode",
         "false",
+        "--client.toolbarMode",
+        "minimal",
     ]
     print(
         f"ServeScope dashboard on http://{args.host}:{args.port}  (store: {settings.db_url(env)})"
