@@ -27,6 +27,7 @@ Scheduling policy (modelled on vLLM v1):
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import math
 import random
@@ -73,6 +74,9 @@ class EngineConfig:
     weight_dtype_bytes: float | None = None  # None: the checkpoint dtype
     kv_dtype_bytes: float | None = None  # None: same as the weights
     num_gpu_blocks: int | None = None  # override the computed KV capacity (like vLLM's flag)
+    # Admission policy: False = vLLM (allocate blocks as tokens arrive; preempt when they run
+    # out); True = TensorRT-LLM's GUARANTEED_NO_EVICT (reserve prompt + max output at admission).
+    reserve_full_output: bool = False
     calibration: Calibration = field(default_factory=Calibration)
     seed: int = 0
     served_model_name: str | None = None
@@ -380,6 +384,8 @@ class Scheduler:
 
     # --- mutations -----------------------------------------------------------------------------
     def add(self, req: SimRequest) -> None:
+        if req.state == FINISHED:
+            return  # aborted before it reached the scheduler
         req.state = WAITING
         self.waiting.append(req)
 
@@ -387,27 +393,17 @@ class Scheduler:
         """Drop a request (client went away); frees its blocks."""
         if req.state == FINISHED:
             return
-        if req.state == WAITING:
-            try:
-                self.waiting.remove(req)
-            except ValueError:
-                pass
-        else:
-            try:
-                self.running.remove(req)
-            except ValueError:
-                pass
+        queue: deque[SimRequest] | list[SimRequest] = (
+            self.waiting if req.state == WAITING else self.running
+        )
+        with contextlib.suppress(ValueError):
+            queue.remove(req)
         self.pool.release(req.blocks)
         req.blocks = []
         req.state = FINISHED
         req.finish_reason = "abort"
         req.finish_time = now
         self.stats.success["abort"] += 1
-
-    def _blocks_for(self, req: SimRequest, n: int) -> int:
-        """Extra blocks ``req`` needs to hold ``n`` more computed tokens."""
-        need = -(-(req.num_computed + n) // self.block_size)
-        return max(0, need - len(req.blocks))
 
     def _preempt(self, victim: SimRequest) -> None:
         self.pool.release(victim.blocks)
@@ -471,6 +467,7 @@ class Scheduler:
         pool = self.pool
         bs = self.block_size
         caching = self.config.prefix_caching
+        reserve_full = self.config.reserve_full_output
         max_batch = self.config.max_batch_size
         waiting = self.waiting
         running = self.running
@@ -486,7 +483,8 @@ class Scheduler:
                 hits = pool.lookup(req.block_hashes[:usable])
             hit_tokens = len(hits) * bs
             n = min(total - hit_tokens, budget)
-            need = -(-(hit_tokens + n) // bs) - len(hits)
+            reserve = req.prompt_len + req.max_output if reserve_full else hit_tokens + n
+            need = -(-reserve // bs) - len(hits)
             revived = sum(1 for b in hits if pool.ref[b] == 0)
             if need + revived > pool.num_free:
                 break
@@ -685,11 +683,13 @@ def simulate(
     (``make(i)``; its ``time`` is ignored) as soon as their previous one finishes.
     """
     sched = Scheduler(config)
+    # A request reaches the scheduler request_overhead_s after it arrives (API server latency).
+    delay = config.calibration.request_overhead_s
     pending: list[tuple[float, int, Arrival]] = []
     seq = 0
     if arrivals is not None:
         for a in arrivals:
-            pending.append((a.time, seq, a))
+            pending.append((a.time + delay, seq, a))
             seq += 1
         heapq.heapify(pending)
     made = 0
@@ -698,7 +698,7 @@ def simulate(
         conc, make = closed_loop
         total = num_requests if num_requests is not None else conc
         for _ in range(min(conc, total)):
-            heapq.heappush(pending, (0.0, seq, make(made)))
+            heapq.heappush(pending, (delay, seq, make(made)))
             seq += 1
             made += 1
     t = 0.0
@@ -713,7 +713,7 @@ def simulate(
                     str(_s),
                     a.prompt_len,
                     a.output_len,
-                    at,
+                    at - delay,
                     block_hashes=a.block_hashes,
                     record_token_times=record_token_times,
                 )
@@ -745,7 +745,7 @@ def simulate(
                 )
             )
             if closed_loop is not None and made < total:
-                heapq.heappush(pending, (t, seq, closed_loop[1](made)))
+                heapq.heappush(pending, (t + delay, seq, closed_loop[1](made)))
                 seq += 1
                 made += 1
     start = min((r.arrival for r in results), default=0.0)
