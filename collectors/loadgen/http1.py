@@ -93,6 +93,16 @@ class ChunkedDecoder:
         self.extra = b""
 
     def feed(self, data: bytes) -> bytes:
+        if not self._buf and self._state == self._SIZE:
+            # the commonest read: exactly one complete chunk
+            eol = data.find(b"\r\n", 0, 20)
+            if eol > 0:
+                try:
+                    size = int(data[:eol], 16)
+                except ValueError:
+                    size = 0
+                if size and eol + size + 4 == len(data) and data.endswith(b"\r\n"):
+                    return data[eol + 2 : -2]
         buf = self._buf + data if self._buf else data
         self._buf = b""
         n = len(buf)
@@ -100,6 +110,23 @@ class ChunkedDecoder:
         out: list[bytes] = []
         while pos < n:
             state = self._state
+            if state == self._SIZE:
+                # fast loop over complete "SIZE\r\nDATA\r\n" chunks (no extensions)
+                while True:
+                    eol = buf.find(b"\r\n", pos)
+                    if eol < 0:
+                        break
+                    try:
+                        size = int(buf[pos:eol], 16)
+                    except ValueError:
+                        break
+                    end = eol + 2 + size
+                    if size == 0 or end + 2 > n or buf[end : end + 2] != b"\r\n":
+                        break
+                    out.append(buf[eol + 2 : end])
+                    pos = end + 2
+                if pos >= n:
+                    break
             if state == self._DATA:
                 take = self._left if self._left <= n - pos else n - pos
                 out.append(buf[pos : pos + take] if take != n or pos else buf)

@@ -91,6 +91,10 @@ class StreamAccumulator:
         "_buf",
         "_error_raw",
         "_finish_raw",
+        "_prefix",
+        "_shortest",
+        "_suffix",
+        "_suffix_nn",
         "_texts",
         "_usage_raw",
         "chunks",
@@ -117,31 +121,126 @@ class StreamAccumulator:
         self._usage_raw: bytes | None = None
         self._finish_raw: bytes | None = None
         self._error_raw: bytes | None = None
+        # the learned shape of this stream's plain content events (see feed)
+        self._prefix = b""
+        self._suffix = b""
+        self._suffix_nn = b""
+        self._shortest = 0
 
     # --- the hot path -------------------------------------------------------------------
 
     def feed(self, data: bytes, t: float) -> None:
         self.last_byte_t = t
+        if (
+            not self._buf
+            and self._suffix_nn
+            and data.endswith(self._suffix_nn)
+            and data.startswith(self._prefix)
+            and len(data) > self._shortest
+            and data.find(b"\n", len(self._prefix)) == len(data) - 2
+        ):
+            # the commonest read: exactly one plain content event (a JSON string holds no
+            # raw newline, so the first newline after the prefix ends this one event)
+            self.events += 1
+            last = self.last_t
+            if last is None:
+                self.first_t = t
+            else:
+                self.gaps_ms.append((t - last) * 1000.0)
+            self.last_t = t
+            self.chunks += 1
+            return
         buf = self._buf + data if self._buf else data
         tail = b""
         if b"\r" in buf:
             if buf[-1:] == b"\r":  # maybe the first half of a CRLF split across reads
                 buf, tail = buf[:-1], b"\r"
             buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        if b"\n\n" not in buf:
+        end = buf.rfind(b"\n\n")
+        if end < 0:
             self._buf = buf + tail
             return
-        parts = buf.split(b"\n\n")
-        self._buf = parts.pop() + tail
-        for event in parts:
+        region = buf[:end]
+        self._buf = buf[end + 2 :] + tail
+        prefix, suffix = self._prefix, self._suffix
+        shortest = len(prefix) + len(suffix)
+        if shortest and region.startswith(prefix) and region.endswith(suffix):
+            # several events in one read: all plain content events of the learned shape?
+            # (prefix and suffix hold unescaped quotes, so they cannot occur inside content)
+            n = region.count(b"\n\n") + 1
+            if (
+                n > 1
+                and region.count(b"\n") == 2 * (n - 1)
+                and region.count(b"\n\n" + prefix) == n - 1
+                and region.count(suffix + b"\n\n") == n - 1
+                and prefix + suffix not in region
+            ):
+                self.events += n
+                self.chunks += n
+                last = self.last_t
+                if last is None:
+                    self.first_t = t
+                else:
+                    self.gaps_ms.append((t - last) * 1000.0)
+                self.gaps_ms.frombytes(bytes(8 * (n - 1)))  # zero gaps: the same read
+                self.last_t = t
+                return
+        for event in region.split(b"\n\n") if b"\n\n" in region else (region,):
+            # Fast path: a plain content event of this stream's learned shape (same bytes
+            # before and after the content string) is counted without any search.
+            if (
+                shortest
+                and len(event) > shortest
+                and event.startswith(prefix)
+                and event.endswith(suffix)
+            ):
+                self.events += 1
+                last = self.last_t
+                if last is None:
+                    self.first_t = t
+                else:
+                    self.gaps_ms.append((t - last) * 1000.0)
+                self.last_t = t
+                self.chunks += 1
+                continue
             if event[:5] == b"data:" and b"\n" not in event:
-                payload = event[5:]
+                before = self.chunks
+                self._event(event[5:], t)
+                if self.chunks != before and not self.collect_text:
+                    self._learn(event)
+                    prefix, suffix = self._prefix, self._suffix
+                    shortest = len(prefix) + len(suffix)
             else:
                 found = _data_of(event)
-                if found is None:
-                    continue
-                payload = found
-            self._event(payload, t)
+                if found is not None:
+                    self._event(found, t)
+
+    def _learn(self, event: bytes) -> None:
+        """Remember the bytes around the content string of a one-line content event."""
+        for key in (b'"content":"', b'"text":"'):
+            i = event.find(key)
+            if i < 0:
+                continue
+            j = i + len(key)
+            n = len(event)
+            while j < n:
+                q = event.find(b'"', j)
+                if q < 0:
+                    return
+                # count the backslashes before the quote: an even number → it closes the string
+                b = q - 1
+                while b >= j and event[b] == 92:
+                    b -= 1
+                if (q - 1 - b) % 2 == 0:
+                    if q > i + len(key):
+                        prefix, suffix = event[: i + len(key)], event[q:]
+                        if key not in suffix and b'"usage":{' not in suffix:
+                            self._prefix, self._suffix = prefix, suffix
+                            self._suffix_nn = suffix + b"\n\n"
+                            self._shortest = len(prefix) + len(suffix) + 2
+                    return
+                j = q + 1
+            return
 
     def _event(self, payload: bytes, t: float) -> None:
         self.events += 1
@@ -155,6 +254,7 @@ class StreamAccumulator:
             self.chunks += 1
             if self.collect_text:
                 self._texts.append(_content_text(payload))
+
         elif payload.strip() == b"[DONE]":
             self.done = True
             return

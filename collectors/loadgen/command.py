@@ -1,0 +1,156 @@
+"""``servescope bench``: the command line of the load generator."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from collectors.loadgen.arrivals import ARRIVALS
+from collectors.loadgen.config import APIS, BenchConfig, normalise_engine_params, parse_list
+from errors import InputError
+
+EPILOG = """\
+examples:
+  servescope bench --endpoint http://127.0.0.1:8000 --workload mixed \\
+      --concurrency 1,8,32 --requests 200
+  servescope bench --endpoint http://127.0.0.1:8000/v1 --workload short-in-short-out \\
+      --rate 2,4,8 --arrival gamma --burstiness 0.5 --duration 60 --warmup 20
+One run is stored per load level. Ctrl-C stops cleanly and keeps what completed (exit 130).
+"""
+
+
+def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+    """Add the ``bench`` subcommand (``set_defaults(func=run)``)."""
+    p = subparsers.add_parser(
+        "bench",
+        help="measure an OpenAI-compatible endpoint under load and store the runs",
+        description="Measure an OpenAI-compatible endpoint (streaming) under load; one run "
+        "is stored per load level.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--endpoint", required=True, metavar="URL", help="base URL, e.g. http://127.0.0.1:8000"
+    )
+    p.add_argument("--api", choices=APIS, default="chat", help="chat (default) or completions")
+    p.add_argument("--model", metavar="M", help="model name (default: the first of /v1/models)")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument(
+        "--workload", metavar="NAME", help="a workload of the catalog (seeds/workloads.toml)"
+    )
+    src.add_argument(
+        "--dataset", metavar="FILE", help="JSONL prompts/messages or a ShareGPT-style JSON file"
+    )
+    load = p.add_mutually_exclusive_group(required=True)
+    load.add_argument(
+        "--concurrency", metavar="1,8,32", help="closed loop: streams in flight, per level"
+    )
+    load.add_argument("--rate", metavar="2,4,8", help="open loop: requests/s, per level")
+    p.add_argument(
+        "--arrival",
+        choices=ARRIVALS,
+        default=None,
+        help="arrival process of --rate runs (default poisson)",
+    )
+    p.add_argument(
+        "--burstiness", type=float, metavar="B", help="gamma shape (vLLM semantics; 1 = Poisson)"
+    )
+    stop = p.add_mutually_exclusive_group(required=True)
+    stop.add_argument("--requests", type=int, metavar="N", help="requests per level")
+    stop.add_argument("--duration", type=float, metavar="S", help="seconds per level")
+    p.add_argument(
+        "--warmup", type=int, default=0, metavar="N", help="unrecorded requests before each level"
+    )
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        metavar="N",
+        help="output length of every request (overrides the workload)",
+    )
+    p.add_argument(
+        "--ignore-eos", action="store_true", help="send ignore_eos: true (vLLM, SGLang, llama.cpp)"
+    )
+    p.add_argument(
+        "--slo", metavar="PROFILE", help="SLO profile the runs are meant for (catalog name)"
+    )
+    p.add_argument(
+        "--framework",
+        metavar="NAME",
+        help="framework label (default: from /v1/models, else unknown)",
+    )
+    p.add_argument(
+        "--engine-param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="engine setting to record (repeatable)",
+    )
+    p.add_argument("--name", metavar="TEXT", help="run name (the level is appended)")
+    p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of prompts and arrivals")
+    p.add_argument(
+        "--workers", type=int, default=1, metavar="N", help="measuring processes sharing the load"
+    )
+    p.add_argument("--api-key-env", metavar="NAME", help="environment variable holding the API key")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        metavar="S",
+        help="per-request timeout (default 600)",
+    )
+    p.add_argument("--db", metavar="URL", help="store URL (default: SERVESCOPE_DB)")
+    p.set_defaults(func=run)
+
+
+def config_from_args(args: argparse.Namespace) -> BenchConfig:
+    if args.arrival is not None and args.concurrency:
+        raise InputError("--arrival applies to --rate runs, not to --concurrency")
+    if args.burstiness is not None and args.concurrency:
+        raise InputError("--burstiness applies to --rate runs with --arrival gamma")
+    return BenchConfig(
+        endpoint=args.endpoint,
+        api=args.api,
+        model=args.model,
+        workload=args.workload,
+        dataset=args.dataset,
+        concurrency=parse_list(args.concurrency, flag="--concurrency", kind=int)
+        if args.concurrency
+        else (),
+        rate=parse_list(args.rate, flag="--rate", kind=float) if args.rate else (),
+        arrival=args.arrival or "poisson",
+        burstiness=args.burstiness,
+        requests=args.requests,
+        duration_s=args.duration,
+        warmup=args.warmup,
+        max_tokens=args.max_tokens,
+        ignore_eos=args.ignore_eos,
+        slo=args.slo,
+        framework=args.framework,
+        engine_params=normalise_engine_params(args.engine_param),
+        name=args.name,
+        seed=args.seed,
+        workers=args.workers,
+        api_key_env=args.api_key_env,
+        timeout_s=args.timeout,
+    ).validated()
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the benchmark; 0 on success, 130 after Ctrl-C (what completed is saved)."""
+    from collectors.loadgen.runner import BenchInterrupted, run_benchmark
+    from store.db import Store
+
+    config = config_from_args(args)
+    store = Store.open(args.db)
+    try:
+        run_ids = run_benchmark(config, store, progress=True)
+    except BenchInterrupted as exc:
+        print(
+            f"interrupted; saved {len(exc.run_ids)} run(s): {', '.join(exc.run_ids)}",
+            file=sys.stderr,
+        )
+        return 130
+    for run_id in run_ids:
+        print(run_id)
+    return 0

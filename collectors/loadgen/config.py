@@ -1,0 +1,244 @@
+"""What a benchmark is asked to do: ``BenchConfig``, validated, with specific error messages."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from collectors.loadgen.arrivals import ARRIVALS
+from errors import InputError
+
+APIS = ("chat", "completions")
+TRANSPORTS = ("lean", "httpx")
+
+#: Engine flags of each framework → the normalised vocabulary (ARCHITECTURE §6).
+ENGINE_PARAM_ALIASES: dict[str, str] = {
+    "max_batch_size": "max_batch_size",
+    "max_num_seqs": "max_batch_size",
+    "max_running_requests": "max_batch_size",
+    "np": "max_batch_size",
+    "parallel": "max_batch_size",
+    "kv_memory_fraction": "kv_memory_fraction",
+    "gpu_memory_utilization": "kv_memory_fraction",
+    "mem_fraction_static": "kv_memory_fraction",
+    "kv_cache_free_gpu_memory_fraction": "kv_memory_fraction",
+    "max_batched_tokens": "max_batched_tokens",
+    "max_num_batched_tokens": "max_batched_tokens",
+    "chunked_prefill_size": "max_batched_tokens",
+    "max_num_tokens": "max_batched_tokens",
+    "b": "max_batched_tokens",
+    "batch_size": "max_batched_tokens",
+    "block_size": "block_size",
+    "page_size": "block_size",
+    "tokens_per_block": "block_size",
+    "prefix_caching": "prefix_caching",
+    "enable_prefix_caching": "prefix_caching",
+    "max_model_len": "max_model_len",
+    "context_length": "max_model_len",
+    "max_seq_len": "max_model_len",
+    "ctx_size": "max_model_len",
+    "c": "max_model_len",
+    "tensor_parallel": "tensor_parallel",
+    "tensor_parallel_size": "tensor_parallel",
+    "tp": "tensor_parallel",
+    "tp_size": "tensor_parallel",
+}
+
+
+def _value(text: str) -> Any:
+    low = text.strip().lower()
+    if low in ("true", "on", "yes"):
+        return True
+    if low in ("false", "off", "no"):
+        return False
+    try:
+        return int(low)
+    except ValueError:
+        pass
+    try:
+        v = float(low)
+        return v if math.isfinite(v) else text
+    except ValueError:
+        return text.strip()
+
+
+def normalise_engine_params(items: Sequence[str] | Mapping[str, Any]) -> dict[str, Any]:
+    """``["--max-num-seqs=64", "gpu_memory_utilization=0.9"]`` → normalised keys and typed values.
+
+    Known engine flags map onto the shared vocabulary (``max_batch_size``,
+    ``kv_memory_fraction``, ``max_batched_tokens``, ``block_size``, ``prefix_caching``,
+    ``max_model_len``, ``tensor_parallel``); other keys are kept, in snake_case.
+    """
+    pairs: list[tuple[str, Any]] = []
+    if isinstance(items, Mapping):
+        pairs = [(k, _value(v) if isinstance(v, str) else v) for k, v in items.items()]
+    else:
+        for item in items:
+            key, sep, value = item.partition("=")
+            if not sep or not key.strip().strip("-"):
+                raise InputError(
+                    f"--engine-param {item!r} is not KEY=VALUE",
+                    hint="e.g. --engine-param max_batch_size=64 --engine-param prefix_caching=on",
+                )
+            pairs.append((key, _value(value)))
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        k = re.sub(r"[^a-z0-9]+", "_", str(key).strip().lstrip("-").lower()).strip("_")
+        out[ENGINE_PARAM_ALIASES.get(k, k)] = value
+    return out
+
+
+def parse_list(text: str, *, flag: str, kind: type[int] | type[float]) -> tuple[Any, ...]:
+    """``"1,8,32"`` → (1, 8, 32); the error names the flag and the expected form."""
+    values: list[Any] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            v = kind(part)
+        except ValueError:
+            what = "whole numbers" if kind is int else "numbers"
+            raise InputError(
+                f"{flag} {text!r}: {part!r} is not a number",
+                hint=f"give {what} separated by commas, e.g. {flag} "
+                + ("1,8,32" if kind is int else "2,4,8"),
+            ) from None
+        if not v > 0 or (isinstance(v, float) and not math.isfinite(v)):
+            raise InputError(f"{flag} {text!r}: every value must be > 0, got {part!r}")
+        values.append(v)
+    if not values:
+        raise InputError(f"{flag} needs at least one value, e.g. {flag} 1,8,32")
+    return tuple(values)
+
+
+@dataclass(frozen=True)
+class LoadLevel:
+    kind: str  # "concurrency" | "rate"
+    value: float
+
+    @property
+    def label(self) -> str:
+        return f"c={int(self.value)}" if self.kind == "concurrency" else f"rate={self.value:g}/s"
+
+    @property
+    def slug(self) -> str:
+        return f"c{int(self.value)}" if self.kind == "concurrency" else f"r{self.value:g}"
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """One ``servescope bench`` invocation: a sweep of load levels, one stored run each.
+
+    Exactly one of ``workload`` / ``dataset`` (or a ready ``workload_spec`` entry), one of
+    ``concurrency`` / ``rate`` and one of ``requests`` / ``duration_s``.
+    """
+
+    endpoint: str
+    api: str = "chat"
+    model: str | None = None
+    workload: str | None = None
+    dataset: str | None = None
+    workload_spec: Mapping[str, Any] | None = None  # a workload entry given directly
+    concurrency: tuple[int, ...] = ()
+    rate: tuple[float, ...] = ()
+    arrival: str = "poisson"
+    burstiness: float | None = None
+    requests: int | None = None
+    duration_s: float | None = None
+    warmup: int = 0
+    max_tokens: int | None = None
+    ignore_eos: bool = False
+    slo: str | None = None
+    framework: str | None = None
+    engine_params: Mapping[str, Any] = field(default_factory=dict)
+    name: str | None = None
+    seed: int = 0
+    workers: int = 1
+    api_key_env: str | None = None
+    timeout_s: float = 600.0
+    # Python-API extras (not command-line flags)
+    run_id: str | None = None  # base of the run ids (one per level: f"{run_id}-{slug}")
+    sweep_id: str | None = None
+    tags: tuple[str, ...] = ()
+    notes: str | None = None
+    gpu_name: str | None = None
+    gpu_count: int | None = None
+    calibrate: bool = True
+    in_process: bool = False  # measure in this process (tests, injected transports)
+    transport: str = "lean"
+    flush_interval_s: float = 2.0
+
+    def validated(self) -> BenchConfig:
+        if not self.endpoint or not re.match(r"^https?://[^/]+", self.endpoint.strip()):
+            raise InputError(
+                f"--endpoint {self.endpoint!r} is not an http(s) URL",
+                hint="e.g. --endpoint http://127.0.0.1:8000 (with or without /v1)",
+            )
+        if self.api not in APIS:
+            raise InputError(f"--api {self.api!r} unknown; choose one of: {', '.join(APIS)}")
+        sources = [x for x in (self.workload, self.dataset, self.workload_spec) if x]
+        if len(sources) != 1:
+            raise InputError(
+                "give exactly one of --workload NAME or --dataset FILE",
+                hint="workloads: short-in-short-out, long-in-short-out, long-in-long-out, "
+                "mixed, shared-prefix, multi-turn",
+            )
+        if bool(self.concurrency) == bool(self.rate):
+            raise InputError(
+                "give exactly one of --concurrency 1,8,32 (closed loop) or --rate 2,4,8 "
+                "(requests/s, open loop)"
+            )
+        if self.concurrency and any(int(c) != c or c < 1 for c in self.concurrency):
+            raise InputError(
+                f"--concurrency values must be whole numbers ≥ 1, got {self.concurrency}"
+            )
+        if self.rate and any(not (r > 0 and math.isfinite(r)) for r in self.rate):
+            raise InputError(f"--rate values must be > 0 requests/s, got {self.rate}")
+        if self.arrival not in ARRIVALS:
+            raise InputError(
+                f"--arrival {self.arrival!r} unknown; choose one of: {', '.join(ARRIVALS)}"
+            )
+        if self.burstiness is not None:
+            if self.arrival != "gamma":
+                raise InputError(
+                    "--burstiness applies to --arrival gamma only "
+                    f"(got --arrival {self.arrival}); poisson is gamma with burstiness 1"
+                )
+            if not self.burstiness > 0:
+                raise InputError(f"--burstiness must be > 0, got {self.burstiness}")
+        if self.concurrency and self.arrival != "poisson":
+            raise InputError("--arrival applies to --rate runs, not to --concurrency")
+        if (self.requests is None) == (self.duration_s is None):
+            raise InputError("give exactly one of --requests N or --duration S")
+        if self.requests is not None and self.requests < 1:
+            raise InputError(f"--requests must be ≥ 1, got {self.requests}")
+        if self.duration_s is not None and not self.duration_s > 0:
+            raise InputError(f"--duration must be > 0 seconds, got {self.duration_s}")
+        if self.warmup < 0:
+            raise InputError(f"--warmup must be ≥ 0, got {self.warmup}")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise InputError(f"--max-tokens must be ≥ 1, got {self.max_tokens}")
+        if self.workers < 1:
+            raise InputError(f"--workers must be ≥ 1, got {self.workers}")
+        if not self.timeout_s > 0:
+            raise InputError(f"--timeout must be > 0 seconds, got {self.timeout_s}")
+        if self.transport not in TRANSPORTS:
+            raise InputError(f"transport {self.transport!r} unknown; choose one of: {TRANSPORTS}")
+        return replace(self, engine_params=normalise_engine_params(dict(self.engine_params)))
+
+    def levels(self) -> list[LoadLevel]:
+        if self.concurrency:
+            return [LoadLevel("concurrency", float(c)) for c in self.concurrency]
+        return [LoadLevel("rate", float(r)) for r in self.rate]
+
+    @property
+    def workload_label(self) -> str:
+        if self.workload:
+            return self.workload
+        if self.dataset:
+            return "dataset:" + self.dataset.replace("\\", "/").rsplit("/", 1)[-1]
+        return str((self.workload_spec or {}).get("name", "custom"))

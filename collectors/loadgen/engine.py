@@ -1,0 +1,466 @@
+"""The measuring loop of one load level in one process: schedule, send, time, emit rows.
+
+Runs inside a worker process (``worker.py``) or in the caller's process. It never touches the
+store: finished requests are emitted as compact ``ResultBatch``es (plain tuples and arrays) to a
+sink, every ``batch_interval_s``, so the event loop only does I/O and timing.
+
+Load shapes: closed loop (N streams, each sending its next request when the previous one
+ends) or open loop (arrivals from ``arrivals.offsets``). With W workers, worker w takes the
+requests i ≡ w (mod W) of the same global plan (request specs and arrival times alike), so W
+processes together produce exactly the single-process load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from array import array
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import httpx
+
+from collectors.loadgen import arrivals
+from collectors.loadgen.client import build_body
+from collectors.loadgen.prompts import Calibration
+from collectors.loadgen.sse import StreamAccumulator
+from collectors.loadgen.transport import SendTiming
+from collectors.loadgen.workloads import Conversation, DatasetItem, RequestFactory, Workload
+
+ROW_FIELDS: tuple[str, ...] = (
+    "seq",
+    "scheduled_at",
+    "sent_at",
+    "first_token_at",
+    "done_at",
+    "input_tokens",
+    "output_tokens",
+    "cached_tokens",
+    "ttft_ms",
+    "e2e_ms",
+    "lag_ms",
+    "status",
+    "http_status",
+    "error",
+    "finish_reason",
+    "conversation_id",
+    "turn",
+    "output_tokens_estimated",
+    "chunks",
+)
+
+
+class Endpoint(Protocol):
+    """What the engine needs from an inference endpoint (implemented by ``HttpxEndpoint``)."""
+
+    async def stream(
+        self, body: bytes, acc: StreamAccumulator, timing: SendTiming
+    ) -> tuple[int, str | None]: ...
+
+    async def prewarm(self, connections: int) -> int: ...
+
+    async def aclose(self) -> None: ...
+
+
+class Clock:
+    """perf_counter for intervals, mapped to Unix-epoch seconds for storage."""
+
+    def __init__(self, perf: Callable[[], float] = time.perf_counter) -> None:
+        self.perf = perf
+        # the offset, taken as the tightest of a few samples
+        best: tuple[float, float] | None = None
+        for _ in range(5):
+            a = perf()
+            wall = time.time()
+            b = perf()
+            if best is None or b - a < best[0]:
+                best = (b - a, wall - (a + b) / 2)
+        assert best is not None
+        self.offset = best[1]
+
+    def epoch(self, t: float) -> float:
+        return t + self.offset
+
+
+@dataclass(frozen=True)
+class WorkerPlan:
+    """Everything one worker needs for one load level (picklable)."""
+
+    endpoint: str
+    api: str
+    model: str
+    kind: str  # "concurrency" | "rate"
+    value: float  # streams of this worker, or the *global* rate
+    arrival: str = "poisson"
+    burstiness: float = 1.0
+    worker: int = 0
+    workers: int = 1
+    requests: int | None = None  # global count
+    duration_s: float | None = None
+    warmup: int = 0  # this worker's warm-up requests (not recorded)
+    workload: Workload | None = None
+    dataset: tuple[DatasetItem, ...] | None = None
+    calibration: Calibration = field(default_factory=Calibration)
+    max_tokens: int | None = None
+    ignore_eos: bool = False
+    seed: int = 0
+    timeout_s: float = 600.0
+    api_key: str | None = field(default=None, repr=False)
+    transport: str = "lean"  # lean | httpx
+    batch_interval_s: float = 0.25
+    prewarm: bool = True
+
+    def my_count(self) -> int | None:
+        if self.requests is None:
+            return None
+        n, w, k = self.requests, self.worker, self.workers
+        return max(0, (n - w + k - 1) // k)
+
+
+@dataclass
+class ResultBatch:
+    rows: list[tuple[Any, ...]] = field(default_factory=list)
+    gaps: list[array[float]] = field(default_factory=list)
+
+
+@dataclass
+class DriverSummary:
+    started_at: float = 0.0  # epoch
+    ended_at: float = 0.0
+    sent: int = 0
+    cpu_s: float = 0.0
+    wall_s: float = 0.0
+    interrupted: bool = False
+    warmup_done: int = 0
+
+
+class Driver:
+    """Runs one worker's share of a load level against an ``Endpoint``."""
+
+    def __init__(
+        self,
+        plan: WorkerPlan,
+        endpoint: Endpoint,
+        emit: Callable[[ResultBatch], None],
+        *,
+        clock: Clock | None = None,
+    ) -> None:
+        self.plan = plan
+        self.endpoint = endpoint
+        self.emit = emit
+        self.clock = clock or Clock()
+        self.factory = RequestFactory(
+            workload=plan.workload,
+            dataset=plan.dataset,
+            calibration=plan.calibration,
+            seed=plan.seed,
+            max_tokens=plan.max_tokens,
+        )
+        self._batch = ResultBatch()
+        self._local_seq = 0
+        self._issued = 0
+        self._quota = plan.my_count()
+        self._deadline: float | None = None
+        self._stopping = False
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._scheduler: asyncio.Task[Any] | None = None
+        self._collect_text = bool(plan.workload and plan.workload.multi_turn)
+        self.summary = DriverSummary()
+
+    # --- control ------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop issuing requests and cancel those in flight (they become 'cancelled' rows)."""
+        self._stopping = True
+        self.summary.interrupted = True
+        for task in list(self._tasks):
+            task.cancel()
+        if self._scheduler is not None and not self._scheduler.done():
+            self._scheduler.cancel()
+
+    def _may_issue(self) -> bool:
+        if self._stopping:
+            return False
+        if self._quota is not None and self._issued >= self._quota:
+            return False
+        return not (self._deadline is not None and self.clock.perf() >= self._deadline)
+
+    # --- the run ------------------------------------------------------------------------
+
+    async def warmup(self) -> int:
+        """Send this worker's warm-up requests (not recorded); open the connections."""
+        plan = self.plan
+        streams = (
+            int(plan.value) if plan.kind == "concurrency" else min(256, max(1, int(plan.value)))
+        )
+        if plan.prewarm:
+            await self.endpoint.prewarm(streams)
+        if plan.warmup <= 0:
+            return 0
+        factory = RequestFactory(
+            workload=plan.workload,
+            dataset=plan.dataset,
+            calibration=plan.calibration,
+            seed=plan.seed + 7_919,
+            max_tokens=plan.max_tokens,
+        )
+        todo = iter(range(plan.warmup))
+        done = 0
+
+        async def loop() -> None:
+            nonlocal done
+            for i in todo:
+                conv = factory.conversation(i * plan.workers + plan.worker)
+                turn = conv.turns[0]
+                body, _ = build_body(
+                    plan.api, plan.model, turn, prefix=conv.prefix, ignore_eos=plan.ignore_eos
+                )
+                try:
+                    async with asyncio.timeout(plan.timeout_s):
+                        await self.endpoint.stream(body, StreamAccumulator(), SendTiming())
+                except (httpx.HTTPError, TimeoutError, OSError):
+                    pass
+                done += 1
+
+        await asyncio.gather(*(loop() for _ in range(max(1, min(streams, plan.warmup)))))
+        self.summary.warmup_done = done
+        return done
+
+    async def run(self, start_perf: float | None = None) -> DriverSummary:
+        plan = self.plan
+        loop = asyncio.get_running_loop()
+        if start_perf is not None:
+            delay = start_perf - self.clock.perf()
+            if delay > 0:
+                await asyncio.sleep(delay)
+        start = self.clock.perf()
+        cpu0 = time.process_time()
+        self.summary.started_at = self.clock.epoch(start)
+        if plan.duration_s is not None:
+            self._deadline = start + plan.duration_s
+        flusher = loop.create_task(self._flush_every(plan.batch_interval_s))
+        try:
+            if plan.kind == "concurrency":
+                await self._closed(start, int(plan.value))
+            else:
+                await self._open(start)
+        finally:
+            flusher.cancel()
+            self._flush()
+        end = self.clock.perf()
+        self.summary.ended_at = self.clock.epoch(end)
+        self.summary.wall_s = end - start
+        self.summary.cpu_s = time.process_time() - cpu0
+        self.summary.sent = self._issued
+        return self.summary
+
+    async def _closed(self, start: float, streams: int) -> None:
+        conv_ids = self._my_conversations()
+
+        async def stream_loop() -> None:
+            # closed loop: a request is due when its stream is free; the first one when the
+            # stream starts (the loop starts every stream at once, and only then can send)
+            scheduled = self.clock.perf()
+            while self._may_issue():
+                conv = self.factory.conversation(next(conv_ids))
+                scheduled = await self._conversation(conv, scheduled)
+
+        await self._guard(*(stream_loop() for _ in range(max(1, streams))))
+
+    async def _open(self, start: float) -> None:
+        plan = self.plan
+        offsets = arrivals.offsets(plan.arrival, plan.value, plan.burstiness, seed=plan.seed)
+        k, w = plan.workers, plan.worker
+        self._scheduler = asyncio.current_task()
+        index = 0
+        pending: list[asyncio.Task[None]] = []
+        for offset in offsets:
+            mine = index % k == w
+            index += 1
+            if not mine:
+                continue
+            t = start + offset
+            if self._deadline is not None and t >= self._deadline:
+                break
+            if not self._may_issue():
+                break
+            delay = t - self.clock.perf()
+            if delay > 0:
+                try:
+                    await asyncio.sleep(delay)
+                except asyncio.CancelledError:
+                    if not self._stopping:
+                        raise
+                    current = asyncio.current_task()
+                    if current is not None:
+                        current.uncancel()
+                    break
+                if not self._may_issue():
+                    break
+            conv = self.factory.conversation(index - 1)
+            task = asyncio.get_running_loop().create_task(self._conversation_task(conv, t))
+            pending.append(task)
+            if len(pending) > 4096:
+                pending = [p for p in pending if not p.done()]
+        self._scheduler = None
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    async def _conversation_task(self, conv: Conversation, scheduled: float) -> None:
+        await self._conversation(conv, scheduled)
+
+    async def _guard(self, *coros: Any) -> None:
+        results = await asyncio.gather(*coros, return_exceptions=True)
+        for r in results:
+            if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError):
+                raise r
+
+    def _my_conversations(self) -> Iterator[int]:
+        i = self.plan.worker
+        while True:
+            yield i
+            i += self.plan.workers
+
+    async def _conversation(self, conv: Conversation, scheduled: float) -> float:
+        """Send the conversation's turns in order; returns when the slot became free again."""
+        plan = self.plan
+        history: list[dict[str, str]] = []
+        carry = bool(plan.workload and plan.workload.multi_turn and plan.workload.history == "full")
+        conv_id = f"{plan.worker}-{conv.index}" if len(conv.turns) > 1 else None
+        for turn_no, turn in enumerate(conv.turns):
+            if not self._may_issue():
+                break
+            self._issued += 1
+            body, _ = build_body(
+                plan.api,
+                plan.model,
+                turn,
+                history=history,
+                prefix=conv.prefix,
+                ignore_eos=plan.ignore_eos,
+            )
+            seq = self._local_seq * plan.workers + plan.worker
+            self._local_seq += 1
+            task = asyncio.current_task()
+            assert task is not None
+            self._tasks.add(task)
+            try:
+                acc = await self._request(
+                    seq, body, scheduled, conv_id, turn_no if conv_id else None
+                )
+            finally:
+                self._tasks.discard(task)
+            scheduled = self.clock.perf()
+            if acc is None:
+                break
+            if carry:
+                history.append({"role": "user", "content": turn.text})
+                history.append({"role": "assistant", "content": acc.text()})
+        return self.clock.perf()
+
+    async def _request(
+        self, seq: int, body: bytes, scheduled: float, conv_id: str | None, turn: int | None
+    ) -> StreamAccumulator | None:
+        """One request → one row. Returns the accumulator when it succeeded, else None."""
+        plan = self.plan
+        perf = self.clock.perf
+        acc = StreamAccumulator(collect_text=self._collect_text)
+        timing = SendTiming()
+        status = "ok"
+        http_status: int | None = None
+        error: str | None = None
+        cancelled = False
+        try:
+            async with asyncio.timeout(plan.timeout_s):
+                http_status, error = await self.endpoint.stream(body, acc, timing)
+            if error is not None:
+                status = "error"
+            else:
+                err = acc.error()
+                if err is not None:
+                    status, error = "error", err
+        except TimeoutError:
+            status, error = "timeout", f"no complete response within {plan.timeout_s:g} s"
+        except asyncio.CancelledError:
+            status, error = "cancelled", "cancelled: the run was stopped"
+            cancelled = True
+        except httpx.TimeoutException as exc:
+            status, error = "timeout", f"{type(exc).__name__}: {exc}"
+        except httpx.HTTPError as exc:
+            status, error = "error", f"{type(exc).__name__}: {exc}"
+        except OSError as exc:
+            status, error = "error", f"{type(exc).__name__}: {exc}"
+        end = perf()
+        if http_status is None:
+            http_status = timing.status
+        self._record(seq, scheduled, timing, acc, status, http_status, error, conv_id, turn, end)
+        if cancelled:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise asyncio.CancelledError
+        return acc if status == "ok" else None
+
+    def _record(
+        self,
+        seq: int,
+        scheduled: float,
+        timing: SendTiming,
+        acc: StreamAccumulator,
+        status: str,
+        http_status: int | None,
+        error: str | None,
+        conv_id: str | None,
+        turn: int | None,
+        end: float,
+    ) -> None:
+        ep = self.clock.offset
+        sent = timing.sent
+        first = acc.first_t
+        done = acc.last_byte_t if status == "ok" and acc.last_byte_t is not None else end
+        prompt_tokens, completion_tokens, cached = acc.usage()
+        estimated = completion_tokens is None
+        output_tokens = completion_tokens if completion_tokens is not None else acc.chunks
+        ttft_ms = (first - sent) * 1000.0 if first is not None and sent is not None else None
+        e2e_ms = (done - sent) * 1000.0 if sent is not None else None
+        self._batch.rows.append(
+            (
+                seq,
+                scheduled + ep,
+                sent + ep if sent is not None else None,
+                first + ep if first is not None else None,
+                done + ep,
+                prompt_tokens,
+                output_tokens,
+                cached,
+                ttft_ms,
+                e2e_ms,
+                (sent - scheduled) * 1000.0 if sent is not None else None,
+                status,
+                http_status,
+                error,
+                acc.finish_reason(),
+                conv_id,
+                turn,
+                estimated,
+                acc.chunks,
+            )
+        )
+        self._batch.gaps.append(acc.gaps_ms)
+
+    # --- emitting -----------------------------------------------------------------------
+
+    def _flush(self) -> None:
+        if self._batch.rows:
+            batch, self._batch = self._batch, ResultBatch()
+            self.emit(batch)
+
+    async def _flush_every(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            self._flush()
+
+
+def rows_as_dicts(batch: ResultBatch) -> list[Mapping[str, Any]]:
+    """The batch's rows as dicts keyed by ``ROW_FIELDS`` (tests, debugging)."""
+    return [dict(zip(ROW_FIELDS, row, strict=True)) for row in batch.rows]

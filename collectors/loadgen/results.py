@@ -1,0 +1,152 @@
+"""From emitted result batches to store rows, live statistics and the client-bound verdict.
+
+Runs in the coordinating process (never in the measuring event loop): it turns each
+``ResultBatch`` into ``requests`` and ``token_gaps`` rows for a ``Sink`` (the store's
+``BufferedWriter``), keeps what the progress bar and the run row need, and decides whether the
+client kept up (ARCHITECTURE §5/§6): a run is client-bound when it sent at < 95% of the
+scheduled rate or its P99 client lag exceeded 10 ms.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from analysis.metrics import percentile, request_tpot_ms
+from collectors.loadgen.engine import ROW_FIELDS, ResultBatch
+
+RATE_TOLERANCE = 0.95
+MAX_P99_LAG_MS = 10.0
+
+_I = {name: i for i, name in enumerate(ROW_FIELDS)}
+
+
+class Sink(Protocol):
+    """Where rows go: ``store.ingest.BufferedWriter`` satisfies it."""
+
+    def add(self, table: str, rows: Sequence[Mapping[str, Any]]) -> None: ...
+
+    def add_run(self, run: Mapping[str, Any]) -> None: ...
+
+
+@dataclass(frozen=True)
+class ClientBound:
+    bound: bool
+    reason: str | None
+    achieved_rate: float | None
+    scheduled_rate: float | None
+    p99_lag_ms: float | None
+
+
+def client_bound(
+    sent_at: Sequence[float],
+    scheduled_at: Sequence[float],
+    lag_ms: Sequence[float],
+    *,
+    open_loop: bool,
+    duration_s: float | None = None,
+) -> ClientBound:
+    """Did the client keep up? Compares the send rate with the schedule's, and the P99 lag.
+
+    ``achieved_rate`` is requests sent per second: over the span of the sends for an open loop
+    (compared with the schedule's own span, so that the randomness of a Poisson sample does not
+    count against the client), over ``duration_s`` for a closed loop.
+    """
+    reasons: list[str] = []
+    n = len(sent_at)
+    achieved: float | None = None
+    scheduled: float | None = None
+    if open_loop and n >= 2:
+        span = max(sent_at) - min(sent_at)
+        sched_span = max(scheduled_at) - min(scheduled_at)
+        achieved = (n - 1) / span if span > 0 else None
+        scheduled = (n - 1) / sched_span if sched_span > 0 else None
+        if achieved is not None and scheduled is not None and achieved < RATE_TOLERANCE * scheduled:
+            reasons.append(
+                f"sent {achieved:.2f} req/s, below {RATE_TOLERANCE:.0%} of the scheduled "
+                f"{scheduled:.2f} req/s"
+            )
+    elif n and duration_s:
+        achieved = n / duration_s
+    p99 = percentile(lag_ms, 99.0) if len(lag_ms) else None
+    if p99 is not None and p99 > MAX_P99_LAG_MS:
+        reasons.append(f"P99 client lag {p99:.1f} ms > {MAX_P99_LAG_MS:g} ms")
+    return ClientBound(bool(reasons), "; ".join(reasons) or None, achieved, scheduled, p99)
+
+
+class RunCollector:
+    """Consumes the result batches of one run: rows to the sink, statistics kept."""
+
+    def __init__(self, run_id: str, sink: Sink, *, recent: int = 2000) -> None:
+        self.run_id = run_id
+        self.sink = sink
+        self.done = 0
+        self.ok = 0
+        self.errors = 0
+        self.output_tokens = 0
+        self.estimated = False
+        self.sent_at = array("d")
+        self.scheduled_at = array("d")
+        self.lag_ms = array("d")
+        self.first_sent: float | None = None
+        self.last_done: float | None = None
+        self.recent_ttft: deque[float] = deque(maxlen=recent)
+        self.gap_rows = 0
+
+    def add(self, batch: ResultBatch) -> None:
+        run_id = self.run_id
+        i_seq, i_status = _I["seq"], _I["status"]
+        i_sent, i_sched, i_lag = _I["sent_at"], _I["scheduled_at"], _I["lag_ms"]
+        i_ttft, i_e2e, i_out = _I["ttft_ms"], _I["e2e_ms"], _I["output_tokens"]
+        i_done, i_est = _I["done_at"], _I["output_tokens_estimated"]
+        requests: list[dict[str, Any]] = []
+        gaps: list[dict[str, Any]] = []
+        for row, row_gaps in zip(batch.rows, batch.gaps, strict=True):
+            rec = dict(zip(ROW_FIELDS, row, strict=True))
+            rec["run_id"] = run_id
+            ok = row[i_status] == "ok"
+            rec["tpot_ms"] = request_tpot_ms(row[i_e2e], row[i_ttft], row[i_out]) if ok else None
+            requests.append(rec)
+            seq = row[i_seq]
+            if row_gaps:
+                gaps.extend(
+                    {"run_id": run_id, "seq": seq, "idx": k, "gap_ms": g}
+                    for k, g in enumerate(row_gaps)
+                )
+            self.done += 1
+            sent = row[i_sent]
+            if sent is not None:
+                self.sent_at.append(sent)
+                self.scheduled_at.append(row[i_sched])
+                self.lag_ms.append(row[i_lag])
+                if self.first_sent is None or sent < self.first_sent:
+                    self.first_sent = sent
+            done_at = row[i_done]
+            if done_at is not None and (self.last_done is None or done_at > self.last_done):
+                self.last_done = done_at
+            if ok:
+                self.ok += 1
+                self.output_tokens += row[i_out] or 0
+                self.estimated = self.estimated or bool(row[i_est])
+                if row[i_ttft] is not None:
+                    self.recent_ttft.append(row[i_ttft])
+            else:
+                self.errors += 1
+        self.sink.add("requests", requests)
+        if gaps:
+            self.gap_rows += len(gaps)
+            self.sink.add("token_gaps", gaps)
+
+    def ttft_p50_p99(self) -> tuple[float | None, float | None]:
+        if not self.recent_ttft:
+            return None, None
+        values = list(self.recent_ttft)
+        return percentile(values, 50.0), percentile(values, 99.0)
+
+    def verdict(self, *, open_loop: bool, duration_s: float | None) -> ClientBound:
+        return client_bound(
+            self.sent_at, self.scheduled_at, self.lag_ms, open_loop=open_loop, duration_s=duration_s
+        )

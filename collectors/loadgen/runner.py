@@ -1,0 +1,620 @@
+"""Coordinates a benchmark: discovery, calibration, one stored run per load level.
+
+``run_benchmark(config, store, progress=...)`` is the Python API (the CLI and the demo call
+it). For each load level it starts the measuring worker processes (``worker.py``; or measures
+in this process with ``BenchConfig.in_process``), writes their rows through the store's
+``BufferedWriter`` as they arrive (so an interrupted run keeps what completed), shows the live
+progress bar, and finally stores the run row: status, duration, achieved rate and the
+client-bound verdict. The API key is read from the environment variable named by
+``api_key_env`` and only ever travels in request headers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from collectors.loadgen.client import HttpxEndpoint, base_url, build_body
+from collectors.loadgen.config import BenchConfig, LoadLevel
+from collectors.loadgen.engine import Driver, DriverSummary, ResultBatch, WorkerPlan
+from collectors.loadgen.progress import ProgressView
+from collectors.loadgen.prompts import DEFAULT_CALIBRATION, PROBE_WORDS, Calibration, fit, words
+from collectors.loadgen.results import RunCollector
+from collectors.loadgen.sse import StreamAccumulator
+from collectors.loadgen.transport import SendTiming
+from collectors.loadgen.worker import make_endpoint, raise_nofile_limit
+from collectors.loadgen.workloads import (
+    DatasetItem,
+    TurnSpec,
+    Workload,
+    load_dataset,
+    parse_workload,
+)
+from errors import CollectorError, EndpointError, InputError
+from store import catalog, ingest
+from store.db import Store
+
+#: ``owned_by`` of /v1/models → framework label, where it is unambiguous.
+OWNED_BY_FRAMEWORK = {
+    "servescope-sim": "sim",
+    "servescope-mock": "mock",
+    "vllm": "vllm",
+    "sglang": "sglang",
+    "llamacpp": "llama.cpp",
+}
+
+
+class BenchInterrupted(KeyboardInterrupt):
+    """Ctrl-C: the runs in ``run_ids`` were saved (the last one as 'interrupted')."""
+
+    def __init__(self, run_ids: list[str]) -> None:
+        super().__init__("benchmark interrupted")
+        self.run_ids = run_ids
+
+
+@dataclass(frozen=True)
+class Prepared:
+    model: str
+    framework: str
+    calibration: Calibration
+    workload: Workload | None
+    dataset: tuple[DatasetItem, ...] | None
+    endpoint_public: str
+    api_key: str | None
+
+
+def public_endpoint(endpoint: str) -> str:
+    """The endpoint without credentials or query string (what the store may keep)."""
+    u = httpx.URL(endpoint.strip())
+    port = f":{u.port}" if u.port else ""
+    return base_url(f"{u.scheme}://{u.host}{port}{u.path}")
+
+
+def _api_key(cfg: BenchConfig, env: Mapping[str, str] | None) -> str | None:
+    if not cfg.api_key_env:
+        return None
+    import os
+
+    source = os.environ if env is None else env
+    key = source.get(cfg.api_key_env, "")
+    if not key:
+        raise InputError(
+            f"--api-key-env {cfg.api_key_env}: that environment variable is not set or empty",
+            hint=f"export {cfg.api_key_env}=... (the key is sent as a Bearer token, never stored)",
+        )
+    return key
+
+
+# --- discovery and calibration --------------------------------------------------------------
+
+
+async def _discover(ep: HttpxEndpoint, cfg: BenchConfig) -> tuple[str, str | None]:
+    try:
+        listing = await ep.get_json("/v1/models")
+    except httpx.HTTPStatusError as exc:
+        listing = None
+        problem = f"HTTP {exc.response.status_code}"
+    except httpx.HTTPError as exc:
+        if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+            raise EndpointError(
+                f"cannot reach {public_endpoint(cfg.endpoint)}: {exc}",
+                hint="is the server running, and is --endpoint its base URL?",
+            ) from None
+        listing, problem = None, f"{type(exc).__name__}: {exc}"
+    except ValueError:
+        listing, problem = None, "the answer is not JSON"
+    data = listing.get("data") if isinstance(listing, dict) else None
+    models = [m for m in data or () if isinstance(m, dict) and isinstance(m.get("id"), str)]
+    if cfg.model:
+        owned = next((m.get("owned_by") for m in models if m["id"] == cfg.model), None)
+        if models and owned is None and all(m["id"] != cfg.model for m in models):
+            served = ", ".join(m["id"] for m in models[:10])
+            raise InputError(
+                f"--model {cfg.model!r} is not served here; /v1/models lists: {served}"
+            )
+        return cfg.model, owned if isinstance(owned, str) else None
+    if not models:
+        why = problem if listing is None else "it lists no models"
+        raise EndpointError(
+            f"cannot pick a model from {public_endpoint(cfg.endpoint)}/v1/models ({why})",
+            hint="pass --model NAME",
+        )
+    first = models[0]
+    owned_by = first.get("owned_by")
+    return str(first["id"]), owned_by if isinstance(owned_by, str) else None
+
+
+async def _probe(ep: HttpxEndpoint, cfg: BenchConfig, model: str) -> Calibration:
+    """Two requests of known word counts → tokens per word (and the template overhead)."""
+    points: list[tuple[int, int]] = []
+    rng = random.Random(f"probe-{cfg.seed}")
+    note = "default (the server sent no usage)"
+    for n in PROBE_WORDS:
+        body, _ = build_body(cfg.api, model, TurnSpec(words(rng, n), 1))
+        acc = StreamAccumulator()
+        try:
+            async with asyncio.timeout(min(cfg.timeout_s, 120.0)):
+                status, error = await ep.stream(body, acc, SendTiming())
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            raise EndpointError(
+                f"cannot reach {public_endpoint(cfg.endpoint)}: {exc}",
+                hint="is the server running, and is --endpoint its base URL?",
+            ) from None
+        except (httpx.HTTPError, TimeoutError, OSError) as exc:
+            note = f"default (probe failed: {type(exc).__name__})"
+            break
+        if status in (400, 401, 403, 404, 405, 422):
+            hint = {
+                401: "pass the key with --api-key-env NAME",
+                403: "pass the key with --api-key-env NAME",
+                404: "is this an OpenAI-compatible server? try --api completions or --api chat",
+                405: "try --api completions or --api chat",
+            }.get(status, "check --model and --api")
+            raise EndpointError(
+                f"{public_endpoint(cfg.endpoint)} refused a {cfg.api} request: {error}", hint=hint
+            )
+        if error is not None:
+            note = f"default (probe got {error[:60]})"
+            break
+        prompt_tokens = acc.usage()[0]
+        if prompt_tokens is None:
+            break
+        points.append((n, prompt_tokens))
+    cal = fit(points)
+    if cal is None:
+        return Calibration(DEFAULT_CALIBRATION.tokens_per_word, 0.0, note)
+    return cal
+
+
+def prepare(
+    cfg: BenchConfig,
+    store: Store,
+    *,
+    api_key: str | None,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> Prepared:
+    """Resolve the workload/dataset, check the SLO name, find the model, calibrate prompts."""
+    workload: Workload | None = None
+    dataset: tuple[DatasetItem, ...] | None = None
+    if cfg.workload:
+        workload = parse_workload(catalog.get(store, "workloads", cfg.workload))
+    elif cfg.workload_spec:
+        workload = parse_workload(cfg.workload_spec)
+    else:
+        assert cfg.dataset is not None
+        dataset = tuple(load_dataset(cfg.dataset))
+    if workload is not None and workload.api not in ("any", cfg.api):
+        raise InputError(
+            f"workload {workload.name!r} is for --api {workload.api}, not --api {cfg.api}"
+        )
+    if cfg.slo:
+        catalog.get(store, "slo_profiles", cfg.slo)
+
+    async def go() -> tuple[str, str | None, Calibration]:
+        ep = HttpxEndpoint(
+            cfg.endpoint,
+            api=cfg.api,
+            api_key=api_key,
+            timeout_s=min(cfg.timeout_s, 60.0),
+            transport=transport,
+        )
+        try:
+            model, owned_by = await _discover(ep, cfg)
+            cal = DEFAULT_CALIBRATION
+            if workload is not None and cfg.calibrate:
+                cal = await _probe(ep, cfg, model)
+            return model, owned_by, cal
+        finally:
+            await ep.aclose()
+
+    model, owned_by, cal = asyncio.run(go())
+    framework = cfg.framework or OWNED_BY_FRAMEWORK.get((owned_by or "").lower(), "unknown")
+    return Prepared(
+        model=model,
+        framework=framework,
+        calibration=cal,
+        workload=workload,
+        dataset=dataset,
+        endpoint_public=public_endpoint(cfg.endpoint),
+        api_key=api_key,
+    )
+
+
+# --- one load level ---------------------------------------------------------------------------
+
+
+def _split(total: int, parts: int) -> list[int]:
+    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
+
+
+def worker_plans(cfg: BenchConfig, prep: Prepared, level: LoadLevel) -> list[WorkerPlan]:
+    workers = cfg.workers
+    if level.kind == "concurrency":
+        workers = min(workers, int(level.value))
+    if cfg.requests is not None:
+        workers = min(workers, cfg.requests)
+    workers = max(1, workers)
+    streams = _split(int(level.value), workers) if level.kind == "concurrency" else None
+    warm = _split(cfg.warmup, workers)
+    return [
+        WorkerPlan(
+            endpoint=cfg.endpoint,
+            api=cfg.api,
+            model=prep.model,
+            kind=level.kind,
+            value=float(streams[w]) if streams is not None else level.value,
+            arrival=cfg.arrival,
+            burstiness=cfg.burstiness if cfg.burstiness is not None else 1.0,
+            worker=w,
+            workers=workers,
+            requests=cfg.requests,
+            duration_s=cfg.duration_s,
+            warmup=warm[w],
+            workload=prep.workload,
+            dataset=prep.dataset,
+            calibration=prep.calibration,
+            max_tokens=cfg.max_tokens,
+            ignore_eos=cfg.ignore_eos,
+            seed=cfg.seed,
+            timeout_s=cfg.timeout_s,
+            api_key=prep.api_key,
+            transport=cfg.transport,
+        )
+        for w in range(workers)
+    ]
+
+
+def _client_params(
+    cfg: BenchConfig, prep: Prepared, level: LoadLevel, bench_id: str
+) -> dict[str, Any]:
+    return {
+        "tool": "servescope bench",
+        "bench_id": bench_id,
+        "api": cfg.api,
+        "workload": cfg.workload or (cfg.workload_spec or {}).get("name"),
+        "dataset": cfg.dataset,
+        "load": {"kind": level.kind, "value": level.value},
+        "arrival": cfg.arrival if level.kind == "rate" else "concurrency",
+        "burstiness": cfg.burstiness,
+        "requests": cfg.requests,
+        "duration_s": cfg.duration_s,
+        "warmup": cfg.warmup,
+        "max_tokens": cfg.max_tokens,
+        "ignore_eos": cfg.ignore_eos,
+        "slo": cfg.slo,
+        "seed": cfg.seed,
+        "workers": cfg.workers,
+        "timeout_s": cfg.timeout_s,
+        "transport": cfg.transport,
+        "auth": bool(prep.api_key),
+        "calibration": {
+            "tokens_per_word": round(prep.calibration.tokens_per_word, 4),
+            "overhead_tokens": round(prep.calibration.overhead, 2),
+            "source": prep.calibration.source,
+        },
+    }
+
+
+def _base_run(
+    cfg: BenchConfig, prep: Prepared, level: LoadLevel, run_id: str, bench_id: str
+) -> dict[str, Any]:
+    label = cfg.name or cfg.workload_label
+    return {
+        "run_id": run_id,
+        "name": f"{label} {level.label}",
+        "source": "servescope",
+        "framework": prep.framework,
+        "model": prep.model,
+        "gpu_name": cfg.gpu_name,
+        "gpu_count": cfg.gpu_count,
+        "endpoint": prep.endpoint_public,
+        "api": cfg.api,
+        "host": socket.gethostname(),
+        "workload": cfg.workload_label,
+        "arrival": cfg.arrival if level.kind == "rate" else "concurrency",
+        "target_rate": level.value if level.kind == "rate" else None,
+        "burstiness": (cfg.burstiness or 1.0)
+        if level.kind == "rate" and cfg.arrival == "gamma"
+        else None,
+        "concurrency": int(level.value) if level.kind == "concurrency" else None,
+        "engine_params": dict(cfg.engine_params),
+        "client_params": _client_params(cfg, prep, level, bench_id),
+        "sweep_id": cfg.sweep_id,
+        "tags": list(cfg.tags),
+        "notes": cfg.notes,
+        "status": "running",
+        "started_at": time.time(),
+    }
+
+
+class _Live:
+    """Collector + progress, fed one batch at a time."""
+
+    def __init__(self, collector: RunCollector, view: ProgressView) -> None:
+        self.collector = collector
+        self.view = view
+
+    def __call__(self, batch: ResultBatch) -> None:
+        self.collector.add(batch)
+        self.tick()
+
+    def tick(self, force: bool = False) -> None:
+        c = self.collector
+        p50, p99 = c.ttft_p50_p99() if c.recent_ttft else (None, None)
+        self.view.update(done=c.done, errors=c.errors, ttft_p50=p50, ttft_p99=p99, force=force)
+
+
+def _drive_in_process(
+    plan: WorkerPlan, live: _Live, transport: httpx.AsyncBaseTransport | None
+) -> list[DriverSummary]:
+    summaries: list[DriverSummary] = []
+
+    async def main() -> None:
+        endpoint = (
+            HttpxEndpoint(
+                plan.endpoint,
+                api=plan.api,
+                api_key=plan.api_key,
+                timeout_s=plan.timeout_s,
+                transport=transport,
+            )
+            if transport is not None
+            else make_endpoint(plan)
+        )
+        driver = Driver(plan, endpoint, live)
+        summaries.append(driver.summary)
+        try:
+            await driver.warmup()
+            await driver.run()
+        finally:
+            await endpoint.aclose()
+
+    raise_nofile_limit()
+    asyncio.run(main())
+    return summaries
+
+
+class _Workers:
+    """The worker processes of one level and the pump that reads their pipes."""
+
+    def __init__(self, plans: list[WorkerPlan], live: _Live) -> None:
+        self.live = live
+        self.conns: list[Connection] = []
+        self.procs: list[subprocess.Popen[bytes]] = []
+        root = str(Path(__file__).resolve().parents[2])
+        env = dict(os.environ)
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        for plan in plans:
+            parent, child = socket.socketpair()
+            # a new session: the terminal's Ctrl-C reaches only the coordinator, which stops
+            # the workers itself after saving
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "collectors.loadgen.worker", str(child.fileno())],
+                pass_fds=(child.fileno(),),
+                env=env,
+                start_new_session=True,
+            )
+            child.close()
+            conn = Connection(parent.detach())
+            conn.send(plan)
+            self.conns.append(conn)
+            self.procs.append(proc)
+        self.ready: set[int] = set()
+        self.done: dict[int, DriverSummary] = {}
+        self.failed: dict[int, str] = {}
+        self.start_epoch: float | None = None
+        self.stopped = False
+
+    def _send(self, i: int, msg: tuple[Any, ...]) -> None:
+        with contextlib.suppress(OSError, EOFError):
+            self.conns[i].send(msg)
+
+    def stop(self) -> None:
+        if not self.stopped:
+            self.stopped = True
+            for i in range(len(self.conns)):
+                if i not in self.done and i not in self.failed:
+                    self._send(i, ("stop",))
+
+    def pump(self) -> None:
+        """Read messages until every worker is done or failed."""
+        n = len(self.conns)
+        while len(self.done) + len(self.failed) < n:
+            live = [
+                c for i, c in enumerate(self.conns) if i not in self.done and i not in self.failed
+            ]
+            for conn in wait(live, timeout=0.25):
+                assert isinstance(conn, Connection)
+                i = self.conns.index(conn)
+                try:
+                    msg = conn.recv()
+                except (EOFError, OSError):
+                    self.failed[i] = "the worker process exited without finishing"
+                    continue
+                kind = msg[0]
+                if kind == "batch":
+                    self.live(msg[1])
+                elif kind == "ready":
+                    self.ready.add(i)
+                    if len(self.ready) == n and self.start_epoch is None and not self.stopped:
+                        self.start_epoch = time.time() + 0.05
+                        for j in range(n):
+                            self._send(j, ("go", self.start_epoch))
+                elif kind == "done":
+                    self.done[i] = msg[1]
+                elif kind == "error":
+                    self.failed[i] = str(msg[1])
+                    self.stop()
+            for i, proc in enumerate(self.procs):
+                if i not in self.done and i not in self.failed and proc.poll() is not None:
+                    # drain what it sent before dying
+                    if self.conns[i].poll():
+                        continue
+                    self.failed[i] = f"the worker process died (exit code {proc.returncode})"
+            self.live.tick()
+
+    def close(self, *, kill: bool = False) -> None:
+        for proc in self.procs:
+            if kill and proc.poll() is None:
+                proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for conn in self.conns:
+            conn.close()
+
+
+def _drive_workers(plans: list[WorkerPlan], live: _Live) -> tuple[list[DriverSummary], bool]:
+    workers = _Workers(plans, live)
+    interrupted = False
+    try:
+        try:
+            workers.pump()
+        except KeyboardInterrupt:
+            interrupted = True
+            live.view.note("[yellow]interrupted: stopping, saving what completed…[/yellow]")
+            workers.stop()
+            try:
+                workers.pump()
+            except KeyboardInterrupt:
+                workers.close(kill=True)
+                raise
+        if workers.failed:
+            first = next(iter(workers.failed.values()))
+            raise CollectorError(f"a load-generator worker failed: {first.strip()[-2000:]}")
+        return list(workers.done.values()), interrupted or workers.stopped
+    finally:
+        workers.close()
+
+
+def run_level(
+    cfg: BenchConfig,
+    prep: Prepared,
+    level: LoadLevel,
+    store: Store,
+    *,
+    run_id: str,
+    bench_id: str,
+    view: ProgressView,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> bool:
+    """Measure one load level into one stored run; returns True when it was interrupted."""
+    plans = worker_plans(cfg, prep, level)
+    run = _base_run(cfg, prep, level, run_id, bench_id)
+    writer = ingest.BufferedWriter(store, flush_interval_s=cfg.flush_interval_s, background=True)
+    collector = RunCollector(run_id, writer)
+    live = _Live(collector, view)
+    writer.add_run(run)
+    view.level(run["name"], cfg.requests)
+    status = "failed"
+    interrupted = False
+    summaries: list[DriverSummary] = []
+    try:
+        try:
+            if cfg.in_process or transport is not None:
+                summaries = _drive_in_process(plans[0], live, transport)
+            else:
+                summaries, interrupted = _drive_workers(plans, live)
+        except KeyboardInterrupt:
+            interrupted = True
+        status = (
+            "interrupted" if interrupted or any(s.interrupted for s in summaries) else "completed"
+        )
+    finally:
+        live.tick(force=True)
+        started = min((s.started_at for s in summaries if s.started_at), default=None)
+        if started is None:
+            started = collector.first_sent or run["started_at"]
+        ended = max(
+            [s.ended_at for s in summaries if s.ended_at] + [collector.last_done or 0.0, started]
+        )
+        duration = ended - started if ended > started else None
+        verdict = collector.verdict(open_loop=level.kind == "rate", duration_s=duration)
+        cpu = sum(s.cpu_s for s in summaries)
+        wall = max((s.wall_s for s in summaries), default=0.0)
+        writer.add_run(
+            {
+                **run,
+                "status": status,
+                "started_at": started,
+                "ended_at": ended,
+                "duration_s": duration,
+                "achieved_rate": verdict.achieved_rate,
+                "client_bound": verdict.bound,
+                "client_bound_reason": verdict.reason,
+                "output_tokens_estimated": collector.estimated,
+                "tool_summary": {
+                    "requests": collector.done,
+                    "ok": collector.ok,
+                    "errors": collector.errors,
+                    "output_tokens": collector.output_tokens,
+                    "token_gaps": collector.gap_rows,
+                    "scheduled_rate": verdict.scheduled_rate,
+                    "p99_lag_ms": verdict.p99_lag_ms,
+                    "workers": len(plans),
+                    "client_cpu_s": round(cpu, 3),
+                    "client_cpu_per_worker": round(cpu / wall / len(plans), 3) if wall else None,
+                },
+            }
+        )
+        writer.close()
+    if verdict.bound:
+        view.note(f"[yellow]{run['name']}: client-bound — {verdict.reason}[/yellow]")
+    return interrupted
+
+
+def run_benchmark(
+    config: BenchConfig,
+    store: Store,
+    *,
+    progress: bool = True,
+    env: Mapping[str, str] | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> list[str]:
+    """Run every load level of ``config`` against its endpoint; returns the stored run ids.
+
+    Raises ``InputError``/``ConfigError`` for bad input (before any request), ``EndpointError``
+    when the endpoint cannot be used at all, and ``BenchInterrupted`` (a KeyboardInterrupt
+    carrying the saved run ids) on Ctrl-C. ``transport`` injects an httpx transport (measures in
+    this process); ``env`` replaces ``os.environ`` for the API-key lookup.
+    """
+    cfg = config.validated()
+    api_key = _api_key(cfg, env)
+    prep = prepare(cfg, store, api_key=api_key, transport=transport)
+    bench_id = uuid.uuid4().hex[:12]
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    run_ids: list[str] = []
+    with ProgressView(enabled=progress) as view:
+        for level in cfg.levels():
+            base = cfg.run_id or f"ss-{stamp}-{bench_id[:6]}"
+            run_id = f"{base}-{level.slug}"
+            run_ids.append(run_id)
+            interrupted = run_level(
+                cfg,
+                prep,
+                level,
+                store,
+                run_id=run_id,
+                bench_id=bench_id,
+                view=view,
+                transport=transport,
+            )
+            if interrupted:
+                raise BenchInterrupted(run_ids)
+    return run_ids

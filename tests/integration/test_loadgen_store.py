@@ -1,0 +1,162 @@
+"""``servescope bench`` end to end: worker processes, a real DuckDB file, Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from collectors.loadgen.config import BenchConfig
+from collectors.loadgen.runner import run_benchmark
+from errors import ConfigError, EndpointError, InputError
+from sim.mockserver import MockServer
+from store.db import Store
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_sweep_into_duckdb_with_two_workers(tmp_path: Path) -> None:
+    store = Store.open(f"duckdb:///{tmp_path / 'b.duckdb'}")
+    with MockServer(ttft_ms=5, itl_ms=2) as url:
+        cfg = BenchConfig(
+            endpoint=url + "/v1",
+            workload="short-in-short-out",
+            concurrency=(2, 4),
+            requests=24,
+            max_tokens=12,
+            warmup=2,
+            workers=2,
+            engine_params={"max-num-seqs": "64"},
+            api_key_env="MOCK_KEY",
+            slo="interactive-chat",
+            name="sweep test",
+        )
+        run_ids = run_benchmark(cfg, store, progress=False, env={"MOCK_KEY": "sk-secret-123"})
+    assert len(run_ids) == 2
+    runs = store.read_df("select * from runs order by concurrency")
+    assert list(runs.concurrency) == [2, 4]
+    assert set(runs.status) == {"completed"} and set(runs.framework) == {"mock"}
+    assert set(runs.model) == {"mock-model"} and set(runs.source) == {"servescope"}
+    assert list(runs.name) == ["sweep test c=2", "sweep test c=4"]
+    assert all(runs.duration_s > 0) and all(runs.achieved_rate > 0)
+    assert json.loads(runs.engine_params[0]) == {"max_batch_size": 64}
+    params = json.loads(runs.client_params[0])
+    assert params["auth"] is True and params["slo"] == "interactive-chat"
+    assert params["calibration"]["source"] == "server-usage"
+    for row in runs.astype(str).itertuples():
+        assert "sk-secret-123" not in " ".join(map(str, row))
+    reqs = store.read_df("select * from requests where run_id = :r", {"r": run_ids[0]})
+    assert len(reqs) == 24 and set(reqs.status) == {"ok"}
+    assert sorted(reqs.seq) == list(range(24))  # worker w sends requests w, w+2, …
+    assert set(reqs.output_tokens) == {12} and not reqs.output_tokens_estimated.any()
+    assert (reqs.tpot_ms > 0).all() and (reqs.e2e_ms > reqs.ttft_ms).all()
+    # prompts synthesised without a tokenizer land near the workload's lengths (~128 tokens)
+    assert 70 < reqs.input_tokens.median() < 200
+    gaps = store.read_df(
+        "select count(*) as n from token_gaps where run_id = :r", {"r": run_ids[0]}
+    )
+    assert int(gaps.n[0]) == 24 * 11
+
+
+def test_rate_run_and_dataset(tmp_path: Path) -> None:
+    data = tmp_path / "d.jsonl"
+    data.write_text(
+        "\n".join(json.dumps({"prompt": f"question {i}", "max_tokens": 4}) for i in range(5))
+    )
+    store = Store.open(f"duckdb:///{tmp_path / 'r.duckdb'}")
+    with MockServer(ttft_ms=2, itl_ms=1) as url:
+        cfg = BenchConfig(
+            endpoint=url,
+            api="completions",
+            dataset=str(data),
+            rate=(40.0,),
+            arrival="constant",
+            requests=12,
+            run_id="fixed-id",
+        )
+        assert run_benchmark(cfg, store, progress=False) == ["fixed-id-r40"]
+    run = store.read_df("select * from runs")
+    assert run.arrival[0] == "constant" and run.target_rate[0] == 40.0
+    assert run.workload[0] == "dataset:d.jsonl"
+    assert run.achieved_rate[0] == pytest.approx(40.0, rel=0.2)
+    reqs = store.read_df("select status, output_tokens from requests")
+    assert len(reqs) == 12 and set(reqs.output_tokens) == {4}
+
+
+def test_input_errors_before_any_request(tmp_path: Path) -> None:
+    store = Store.open(f"duckdb:///{tmp_path / 'e.duckdb'}")
+    base = {"endpoint": "http://127.0.0.1:9", "concurrency": (1,), "requests": 1}
+    with pytest.raises(ConfigError, match="short-in-short-out"):
+        run_benchmark(BenchConfig(workload="nope", **base), store, progress=False)  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="NOT_SET_VAR"):
+        run_benchmark(
+            BenchConfig(workload="mixed", api_key_env="NOT_SET_VAR", **base),  # type: ignore[arg-type]
+            store,
+            progress=False,
+            env={},
+        )
+    with pytest.raises(EndpointError, match="cannot reach"):
+        run_benchmark(BenchConfig(workload="mixed", **base), store, progress=False)  # type: ignore[arg-type]
+    with MockServer() as url, pytest.raises(InputError, match="mock-model"):
+        run_benchmark(
+            BenchConfig(
+                workload="mixed", endpoint=url, model="other", concurrency=(1,), requests=1
+            ),
+            store,
+            progress=False,
+        )
+
+
+def test_ctrl_c_keeps_what_completed(tmp_path: Path) -> None:
+    db = tmp_path / "i.duckdb"
+    with MockServer(ttft_ms=5, itl_ms=20) as url:
+        server = MockServer.__new__(MockServer)
+        server.url = url
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "cli",
+                "bench",
+                "--endpoint",
+                url,
+                "--workload",
+                "short-in-short-out",
+                "--concurrency",
+                "4",
+                "--requests",
+                "10000",
+                "--max-tokens",
+                "10",
+                "--db",
+                f"duckdb:///{db}",
+            ],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while server.stats()["completed"] < 30:  # poll the server, not the clock
+                assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+                assert time.monotonic() < deadline, "no progress"
+            proc.send_signal(signal.SIGINT)
+            _out, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 130, err.decode()
+    store = Store.open(f"duckdb:///{db}")
+    run = store.read_df("select status, ended_at, duration_s from runs")
+    assert list(run.status) == ["interrupted"] and run.duration_s[0] > 0
+    reqs = store.read_df("select status, count(*) as n from requests group by 1")
+    counts = dict(zip(reqs.status, reqs.n, strict=True))
+    assert counts.get("ok", 0) >= 20
+    assert set(counts) <= {"ok", "cancelled"}
