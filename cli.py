@@ -117,6 +117,8 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from collectors import export
+    from collectors.importers import command as import_command
     from collectors.loadgen import command as bench_command
     from sim import command as sim_command
 
@@ -128,6 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sim_command.register(sub)
     bench_command.register(sub)
+    import_command.register(sub)
+    export.register(sub)
     _demo_command(sub)
     _ui_command(sub)
     _db_commands(sub)

@@ -167,6 +167,7 @@ class Store:
         return pd.DataFrame.from_records(rows, columns=columns)
 
     def dispose(self) -> None:
+        """Close pooled connections (the engine stays usable and opens new ones on demand)."""
         self.engine.dispose()
 
 
@@ -175,7 +176,22 @@ def _first_line(exc: BaseException) -> str:
     return text.strip().splitlines()[0] if text.strip() else type(exc).__name__
 
 
+_engines: dict[tuple[str, bool], sa.Engine] = {}
+_engines_lock = threading.Lock()
+
+
 def _make_engine(url: str, *, trace: bool) -> sa.Engine:
+    """One engine per URL and process (its pool is shared; in-memory DuckDB is never shared)."""
+    if ":memory:" in url:
+        return _new_engine(url, trace=trace)
+    with _engines_lock:
+        engine = _engines.get((url, trace))
+        if engine is None:
+            engine = _engines[(url, trace)] = _new_engine(url, trace=trace)
+        return engine
+
+
+def _new_engine(url: str, *, trace: bool) -> sa.Engine:
     parsed = sa.engine.make_url(url)
     kwargs: dict[str, Any] = {}
     if parsed.get_backend_name() == "duckdb":

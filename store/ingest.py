@@ -21,8 +21,9 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pandas as pd
 import pyarrow as pa
@@ -50,6 +51,7 @@ BULK_TABLES: dict[str, sa.Table] = {
         schema.engine_raw_samples,
     )
 }
+_SAMPLE_TABLES = sorted(set(BULK_TABLES) - {"requests", "token_gaps"})
 JSON_RUN_FIELDS = ("engine_params", "client_params", "tool_summary", "tags")
 
 
@@ -110,6 +112,40 @@ def _delete_run(conn: sa.Connection, run_id: str) -> None:
         conn.execute(sa.delete(table).where(table.c.run_id == run_id))
 
 
+@dataclass(frozen=True)
+class RunRows:
+    """One run with all its rows, for ``replace_runs``."""
+
+    run: Mapping[str, Any]
+    requests: pd.DataFrame | None = None
+    token_gaps: pd.DataFrame | None = None
+
+
+def replace_runs(
+    store: Store,
+    runs: Sequence[RunRows],
+    samples: Mapping[str, pd.DataFrame] | None = None,
+) -> None:
+    """Write runs with all their rows (and sample tables) in ONE transaction (importers).
+
+    Any earlier copy of each run is replaced; if anything fails, nothing of the batch stays.
+    """
+    with store.connect() as conn:
+        for item in runs:
+            values = _run_values({"source": "servescope", **item.run})
+            _delete_run(conn, values["run_id"])
+            conn.execute(sa.insert(schema.runs).values(**{"created_at": time.time(), **values}))
+            # the run's rows were just deleted: no need to look for duplicates
+            if item.requests is not None and len(item.requests):
+                _bulk_insert(conn, schema.requests, item.requests, fresh=True)
+            if item.token_gaps is not None and len(item.token_gaps):
+                _bulk_insert(conn, schema.token_gaps, item.token_gaps, fresh=True)
+        for table, frame in (samples or {}).items():
+            if table not in BULK_TABLES or table in ("requests", "token_gaps"):
+                raise InputError(f"{table!r} is not a sample table; use one of {_SAMPLE_TABLES}")
+            _bulk_insert(conn, BULK_TABLES[table], frame)
+
+
 def replace_run(
     store: Store,
     run: Mapping[str, Any],
@@ -117,14 +153,7 @@ def replace_run(
     token_gaps_df: pd.DataFrame | None = None,
 ) -> None:
     """Write a run and all its rows in one transaction, replacing any earlier copy (importers)."""
-    values = _run_values({"source": "servescope", **run})
-    with store.connect() as conn:
-        _delete_run(conn, values["run_id"])
-        conn.execute(sa.insert(schema.runs).values(**{"created_at": time.time(), **values}))
-        if requests_df is not None and len(requests_df):
-            _bulk_insert(conn, schema.requests, requests_df)
-        if token_gaps_df is not None and len(token_gaps_df):
-            _bulk_insert(conn, schema.token_gaps, token_gaps_df)
+    replace_runs(store, [RunRows(run, requests_df, token_gaps_df)])
 
 
 # --- bulk rows ----------------------------------------------------------------------------
@@ -142,20 +171,23 @@ def _frame(table: sa.Table, rows: Rows) -> pd.DataFrame:
     return df
 
 
-def _bulk_insert(conn: sa.Connection, table: sa.Table, rows: Rows) -> int:
+def _bulk_insert(conn: sa.Connection, table: sa.Table, rows: Rows, *, fresh: bool = False) -> int:
+    """Insert rows, skipping keys already stored (``fresh``: the caller knows there are none)."""
     df = _frame(table, rows)
     if not len(df):
         return 0
     if conn.dialect.name == "duckdb":
-        return _duckdb_insert(conn, table, df)
+        return _duckdb_insert(conn, table, df, fresh=fresh)
     if conn.dialect.name == "postgresql":
         return _postgres_insert(conn, table, df)
-    records = df.astype(object).where(df.notna(), None).to_dict("records")
+    records = _records(df)  # other dialects (SQLite for quick local use): executemany
     conn.execute(sa.insert(table).prefix_with("OR IGNORE"), records)
     return len(records)
 
 
-def _duckdb_insert(conn: sa.Connection, table: sa.Table, df: pd.DataFrame) -> int:
+def _duckdb_insert(
+    conn: sa.Connection, table: sa.Table, df: pd.DataFrame, *, fresh: bool = False
+) -> int:
     # DuckDB's bulk tables carry no PRIMARY KEY (its index made ingest ~3x slower, see
     # store.migrations). Rows whose key is already stored are skipped by an anti-join, which
     # only runs when the batch's key range overlaps stored rows (replays, re-imports).
@@ -165,14 +197,18 @@ def _duckdb_insert(conn: sa.Connection, table: sa.Table, df: pd.DataFrame) -> in
     cols = ", ".join(f'"{c}"' for c in df.columns)
     keys = [c.name for c in table.primary_key.columns]
     first, last = keys[0], keys[-1]
-    raw.register(name, pa.Table.from_pandas(df, preserve_index=False))
+    raw.register(name, _arrow(df))
     try:
-        overlap = raw.execute(
-            f'SELECT count(*) FROM (SELECT 1 FROM "{table.name}" '
-            f'WHERE "{first}" IN (SELECT DISTINCT "{first}" FROM {name}) '
-            f'AND "{last}" BETWEEN (SELECT min("{last}") FROM {name}) '
-            f'AND (SELECT max("{last}") FROM {name}) LIMIT 1) AS o'
-        ).fetchall()[0][0]
+        overlap = (
+            0
+            if fresh
+            else raw.execute(
+                f'SELECT count(*) FROM (SELECT 1 FROM "{table.name}" '
+                f'WHERE "{first}" IN (SELECT DISTINCT "{first}" FROM {name}) '
+                f'AND "{last}" BETWEEN (SELECT min("{last}") FROM {name}) '
+                f'AND (SELECT max("{last}") FROM {name}) LIMIT 1) AS o'
+            ).fetchall()[0][0]
+        )
         insert = f'INSERT INTO "{table.name}" ({cols}) SELECT {cols} FROM {name} AS d'
         if overlap:
             match = " AND ".join(f'"{table.name}"."{k}" = d."{k}"' for k in keys)
@@ -181,6 +217,17 @@ def _duckdb_insert(conn: sa.Connection, table: sa.Table, df: pd.DataFrame) -> in
         return int(result[0][0]) if result else len(df)
     finally:
         raw.unregister(name)
+
+
+def _arrow(df: pd.DataFrame) -> pa.Table:
+    """The frame as Arrow, with repetitive text columns (run_id, status …) dictionary-encoded."""
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    for i, field in enumerate(table.schema):
+        if (pa.types.is_string(field.type) or pa.types.is_large_string(field.type)) and len(
+            table
+        ) > 1000:
+            table = table.set_column(i, field.name, table.column(i).dictionary_encode())
+    return table
 
 
 def _postgres_insert(conn: sa.Connection, table: sa.Table, df: pd.DataFrame) -> int:
@@ -193,7 +240,7 @@ def _postgres_insert(conn: sa.Connection, table: sa.Table, df: pd.DataFrame) -> 
         if isinstance(table.c[name].type, sa.Integer) and df[name].dtype.kind == "f":
             df[name] = df[name].round().astype("Int64")
     clean = df.astype(object).where(df.notna(), None)
-    with raw.cursor() as cur:
+    with cast(Any, raw).cursor() as cur:  # psycopg's cursor (a context manager)
         cur.execute(
             f'CREATE TEMP TABLE {tmp} ON COMMIT DROP AS SELECT {cols} FROM "{table.name}" LIMIT 0'
         )
@@ -225,12 +272,16 @@ def add_token_gaps(store: Store, rows: Rows) -> int:
 # --- buffered writes and the spool ----------------------------------------------------------
 
 
-def _write_batch(store: Store, batch: Mapping[str, list[dict[str, Any]]]) -> None:
+Batch = Mapping[str, list[dict[str, Any]] | pd.DataFrame]
+
+
+def _write_batch(store: Store, batch: Batch) -> None:
     with store.connect() as conn:
-        for run in batch.get("runs", []):
+        runs = batch.get("runs", [])
+        for run in _records(runs):
             _upsert_run(conn, run)
         for table, rows in batch.items():
-            if table != "runs" and rows:
+            if table != "runs" and len(rows):
                 _bulk_insert(conn, BULK_TABLES[table], rows)
 
 
@@ -240,13 +291,21 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def spool_batch(batch: Mapping[str, list[dict[str, Any]]], spool_dir: Path) -> Path:
+def _records(rows: list[dict[str, Any]] | pd.DataFrame) -> list[dict[str, Any]]:
+    if isinstance(rows, pd.DataFrame):
+        records = rows.astype(object).where(rows.notna(), None).to_dict("records")
+        return [{str(k): v for k, v in r.items()} for r in records]
+    return rows
+
+
+def spool_batch(batch: Batch, spool_dir: Path) -> Path:
     """Write a batch to its own spool file (written to a temp name, then renamed)."""
     spool_dir.mkdir(parents=True, exist_ok=True)
     name = f"{time.time():.6f}-{os.getpid()}-{uuid.uuid4().hex[:8]}.json"
     tmp = spool_dir / (name + ".part")
     payload = {
-        t: [{k: _jsonable(v) for k, v in r.items()} for r in rows] for t, rows in batch.items()
+        t: [{k: _jsonable(v) for k, v in r.items()} for r in _records(rows)]
+        for t, rows in batch.items()
     }
     with open(tmp, "w", encoding="utf-8") as fh:
         json.dump(payload, fh, default=str)
@@ -282,6 +341,17 @@ def ingest_spool(store: Store, spool_dir: Path | None = None) -> int:
     return total
 
 
+def _merge(parts: list[dict[str, Any] | pd.DataFrame]) -> list[dict[str, Any]] | pd.DataFrame:
+    """One table's buffered parts as one list of dicts, or one DataFrame when any part is one."""
+    frames = [p for p in parts if isinstance(p, pd.DataFrame)]
+    dicts = [p for p in parts if not isinstance(p, pd.DataFrame)]
+    if not frames:
+        return dicts
+    if dicts:
+        frames.append(pd.DataFrame.from_records(dicts))
+    return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+
+
 class BufferedWriter:
     """Buffers rows per table and flushes them in one transaction every ``flush_interval_s``.
 
@@ -300,7 +370,7 @@ class BufferedWriter:
         self.store = store
         self.flush_interval_s = flush_interval_s
         self.spool_dir = spool_dir or settings.spool_dir()
-        self._buffer: dict[str, list[dict[str, Any]]] = {}
+        self._buffer: dict[str, list[dict[str, Any] | pd.DataFrame]] = {}
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
         self._last_flush = time.monotonic()
@@ -314,11 +384,18 @@ class BufferedWriter:
             )
             self._thread.start()
 
-    def add(self, table: str, rows: Sequence[Mapping[str, Any]]) -> None:
+    def add(self, table: str, rows: Rows) -> None:
+        """Buffer rows (dicts, or a DataFrame: cheaper for many rows) for ``table``."""
         if table != "runs" and table not in BULK_TABLES:
             raise InputError(f"unknown table {table!r}; writable: runs, {sorted(BULK_TABLES)}")
         with self._lock:
-            self._buffer.setdefault(table, []).extend(dict(r) for r in rows)
+            target = self._buffer.setdefault(table, [])
+            if isinstance(rows, pd.DataFrame):
+                if table == "runs":
+                    raise InputError("add runs as dicts (add_run), not as a DataFrame")
+                target.append(rows)
+            else:
+                target.extend(dict(r) for r in rows)
         if self._thread is None and time.monotonic() - self._last_flush >= self.flush_interval_s:
             self.flush()
 
@@ -329,7 +406,8 @@ class BufferedWriter:
         """Write what is buffered; on a prolonged lock spool it instead. Returns rows handled."""
         with self._flush_lock:
             with self._lock:
-                batch, self._buffer = self._buffer, {}
+                pending, self._buffer = self._buffer, {}
+            batch = {t: _merge(parts) for t, parts in pending.items()}
             self._last_flush = time.monotonic()
             count = sum(len(r) for r in batch.values())
             if not count:

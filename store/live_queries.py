@@ -89,11 +89,17 @@ def latest_engine_state(store: Store) -> pd.DataFrame:
 def engine_histogram_series(
     store: Store, target: str, hist: str, *, since: float, until: float | None = None
 ) -> pd.DataFrame:
-    """One target's stored histogram series (``<hist>_bucket:*``, ``_sum``, ``_count``), with
-    the last scrape before ``since`` as the baseline: columns ts, metric, value."""
+    """One target's stored histogram series (``<hist>_bucket:*``, ``_sum``, ``_count``) in
+    [since, until], starting at the last full scrape (one with bucket rows) before ``since``
+    as the baseline: columns ts, metric, value.
+
+    The watcher stores a histogram's buckets only when its count moved, so scrapes with only
+    ``_count``/``_sum`` rows carry the buckets of the last full one (carry them forward).
+    """
     params: dict[str, object] = {
         "target": target,
         "pattern": hist.replace("_", "\\_") + "\\_%",
+        "inf": f"{hist}_bucket:+Inf",
         "since": since,
         "until": until or 1e18,
     }
@@ -101,7 +107,7 @@ def engine_histogram_series(
         "SELECT ts, metric, value FROM engine_samples "
         "WHERE target = :target AND metric LIKE :pattern ESCAPE '\\' "
         "AND ts <= :until AND ts >= COALESCE((SELECT MAX(ts) FROM engine_samples "
-        "  WHERE target = :target AND ts < :since), :since) "
+        "  WHERE target = :target AND metric = :inf AND ts < :since), :since) "
         "ORDER BY ts, metric",
         params,
     )

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 
 metadata = sa.MetaData()
 
-DOUBLE = sa.Double()
+DOUBLE: sa.Double[float] = sa.Double()
 
 schema_version = sa.Table(
     "schema_version",

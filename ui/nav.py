@@ -16,4 +16,5 @@ class PageSpec:
 
 PAGES: tuple[PageSpec, ...] = (
     PageSpec("pages/home.py", "Home", ":material/home:", "home", default=True),
+    PageSpec("pages/data.py", "Data", ":material/database:", "data"),
 )

@@ -26,8 +26,10 @@ from .records import base_run, requests_frame, summary_entry
 NAME = "guidellm"
 STATUSES = (("successful", "ok"), ("errored", "error"), ("incomplete", "cancelled"))
 DEFINITIONS = {
-    "tpot_ms": "GuideLLM's time_per_output_token_ms includes the first token (latency / output tokens)",
-    "itl_ms": "GuideLLM's inter_token_latency_ms is a per-request mean of (last − first) / (n − 1), averaged over requests",
+    "tpot_ms": "GuideLLM's time_per_output_token_ms includes the first token "
+    "(latency / output tokens)",
+    "itl_ms": "GuideLLM's inter_token_latency_ms is a per-request mean of "
+    "(last − first) / (n − 1), averaged over requests",
 }
 # (our name, GuideLLM metric, factor to our unit)
 TOOL_METRICS = (
@@ -74,7 +76,8 @@ def _first(*values: Any) -> Any:
 def _dist(r: Reader, d: Any, key: str, factor: float) -> dict[str, float]:
     if not isinstance(d, dict):
         return {}
-    pct = d.get("percentiles") if isinstance(d.get("percentiles"), dict) else {}
+    raw_pct = d.get("percentiles")
+    pct: dict[str, Any] = raw_pct if isinstance(raw_pct, dict) else {}
     stats = {
         "mean": d.get("mean"),
         "p50": _first(d.get("median"), pct.get("p50")),
@@ -100,13 +103,17 @@ def _tool(r: Reader, b: dict[str, Any], where: str) -> dict[str, Any]:
     metrics = r.opt_obj(b, "metrics", where)
     out: dict[str, Any] = {}
     for ours, theirs, factor in TOOL_METRICS:
-        entry = _dist(r, _dig(metrics, theirs, "successful"), f"{where}metrics.{theirs}.successful", factor)
+        entry = _dist(
+            r, _dig(metrics, theirs, "successful"), f"{where}metrics.{theirs}.successful", factor
+        )
         if entry:
             out[ours] = summary_entry(**entry)
-    for ours, theirs in (("request_throughput", "requests_per_second"),
-                         ("output_throughput", "output_tokens_per_second"),
-                         ("total_token_throughput", "tokens_per_second"),
-                         ("concurrency", "request_concurrency")):
+    for ours, theirs in (
+        ("request_throughput", "requests_per_second"),
+        ("output_throughput", "output_tokens_per_second"),
+        ("total_token_throughput", "tokens_per_second"),
+        ("concurrency", "request_concurrency"),
+    ):
         mean = r.finite(_dig(metrics, theirs, "successful", "mean"), f"{where}metrics.{theirs}")
         if mean is not None:
             out[ours] = mean
@@ -139,7 +146,9 @@ def _parse_requests(
 ) -> tuple[Any, dict[str, int], dict[str, int]]:
     reqs = r.opt_obj(b, "requests", where)
     listed: dict[str, int] = {}
-    rows: dict[str, list[Any]] = {k: [] for k in ("ttft", "e2e", "out", "inp", "status", "sent", "err", "conv", "turn")}
+    rows: dict[str, list[Any]] = {
+        k: [] for k in ("ttft", "e2e", "out", "inp", "status", "sent", "err", "conv", "turn")
+    }
     for key, status in STATUSES:
         items = reqs.get(key) or []
         items = r.array(items, f"{where}requests.{key}")
@@ -148,12 +157,28 @@ def _parse_requests(
             w = f"{where}requests.{key}[{i}]."
             it = r.obj(item, w.rstrip("."))
             timings = _dig(it, "info", "timings") or {}
-            sent = r.number(_first(it.get("request_start_time"), it.get("start_time"),
-                                   _dig(timings, "request_start")), w + "request_start_time")
-            first = r.number(_first(it.get("first_token_time"), _dig(timings, "first_token_iteration"),
-                                    _dig(timings, "first_iteration")), w + "first_token_time")
-            end = r.number(_first(it.get("request_end_time"), it.get("end_time"),
-                                  _dig(timings, "request_end")), w + "request_end_time")
+            sent = r.number(
+                _first(
+                    it.get("request_start_time"),
+                    it.get("start_time"),
+                    _dig(timings, "request_start"),
+                ),
+                w + "request_start_time",
+            )
+            first = r.number(
+                _first(
+                    it.get("first_token_time"),
+                    _dig(timings, "first_token_iteration"),
+                    _dig(timings, "first_iteration"),
+                ),
+                w + "first_token_time",
+            )
+            end = r.number(
+                _first(
+                    it.get("request_end_time"), it.get("end_time"), _dig(timings, "request_end")
+                ),
+                w + "request_end_time",
+            )
             if sent is not None and first is not None:
                 ttft: float | None = (first - sent) * 1000.0
             else:
@@ -170,7 +195,11 @@ def _parse_requests(
             rows["ttft"].append(ttft)
             rows["e2e"].append(e2e)
             rows["out"].append(out_tokens if status == "ok" else None)
-            rows["inp"].append(r.number(_first(it.get("prompt_tokens"), it.get("input_tokens")), w + "prompt_tokens"))
+            rows["inp"].append(
+                r.number(
+                    _first(it.get("prompt_tokens"), it.get("input_tokens")), w + "prompt_tokens"
+                )
+            )
             rows["status"].append(status)
             rows["sent"].append(sent)
             error = _first(_dig(it, "info", "error"), it.get("error"))
@@ -188,10 +217,17 @@ def _parse_requests(
     if n == 0:
         return None, listed, counted
     frame = requests_frame(
-        run_id, n, ttft_ms=rows["ttft"], e2e_ms=rows["e2e"], output_tokens=rows["out"],
-        input_tokens=rows["inp"], status=rows["status"], error=rows["err"],
+        run_id,
+        n,
+        ttft_ms=rows["ttft"],
+        e2e_ms=rows["e2e"],
+        output_tokens=rows["out"],
+        input_tokens=rows["inp"],
+        status=rows["status"],
+        error=rows["err"],
         sent_at=rows["sent"] if any(s is not None for s in rows["sent"]) else None,
-        conversation_id=rows["conv"], turn=rows["turn"],
+        conversation_id=rows["conv"],
+        turn=rows["turn"],
     )
     return frame, listed, counted
 
@@ -204,28 +240,57 @@ def parse(docs: list[Document], options: ImportOptions, clock: Clock) -> ParsedF
     benchmarks = r.array(r.require(top, "benchmarks"), "benchmarks")
     version = _first(_dig(top, "metadata", "guidellm_version"))
     model_top = _first(_dig(top, "args", "model"), _dig(top, "config", "spec", "backend", "model"))
-    target_top = _first(_dig(top, "args", "target"), _dig(top, "config", "spec", "backend", "target"))
+    target_top = _first(
+        _dig(top, "args", "target"), _dig(top, "config", "spec", "backend", "target")
+    )
     runs: list[ParsedRun] = []
     for index, bench in enumerate(benchmarks):
         where = f"benchmarks[{index}]."
         b = r.obj(bench, f"benchmarks[{index}]")
         strat = _strategy(b, top)
-        start = r.finite(_first(b.get("start_time"), _dig(b, "run_stats", "start_time"),
-                                _dig(b, "scheduler_metrics", "measure_start_time")), where + "start_time")
-        end = r.finite(_first(b.get("end_time"), _dig(b, "run_stats", "end_time"),
-                              _dig(b, "scheduler_metrics", "measure_end_time")), where + "end_time")
-        model = _first(_dig(b, "worker", "backend_model"), _dig(b, "config", "backend", "model"), model_top)
-        target = _first(_dig(b, "worker", "backend_target"), _dig(b, "config", "backend", "target"), target_top)
+        start = r.finite(
+            _first(
+                b.get("start_time"),
+                _dig(b, "run_stats", "start_time"),
+                _dig(b, "scheduler_metrics", "measure_start_time"),
+            ),
+            where + "start_time",
+        )
+        end = r.finite(
+            _first(
+                b.get("end_time"),
+                _dig(b, "run_stats", "end_time"),
+                _dig(b, "scheduler_metrics", "measure_end_time"),
+            ),
+            where + "end_time",
+        )
+        model = _first(
+            _dig(b, "worker", "backend_model"), _dig(b, "config", "backend", "model"), model_top
+        )
+        target = _first(
+            _dig(b, "worker", "backend_target"), _dig(b, "config", "backend", "target"), target_top
+        )
         run = base_run(
-            doc.source, NAME, index, options, label=strat.get("label") or f"benchmark {index}",
-            run_count=len(benchmarks), clock=clock,
+            doc.source,
+            NAME,
+            index,
+            options,
+            label=strat.get("label") or f"benchmark {index}",
+            run_count=len(benchmarks),
+            clock=clock,
             model=None if model is None else str(model),
             endpoint=None if target is None else str(target),
-            arrival=strat.get("arrival"), concurrency=strat.get("concurrency"),
-            target_rate=strat.get("target_rate"), started_at=start, ended_at=end,
+            arrival=strat.get("arrival"),
+            concurrency=strat.get("concurrency"),
+            target_rate=strat.get("target_rate"),
+            started_at=start,
+            ended_at=end,
             duration_s=r.finite(b.get("duration"), where + "duration"),
-            client_params={"guidellm_schema": gen, "guidellm_version": version,
-                           "strategy": strat.get("label")},
+            client_params={
+                "guidellm_schema": gen,
+                "guidellm_version": version,
+                "strategy": strat.get("label"),
+            },
         )
         requests, listed, counted = _parse_requests(r, b, where, run["run_id"])
         sampled = any(listed.get(k, 0) < counted.get(k, 0) for k in counted)
@@ -243,8 +308,11 @@ def parse(docs: list[Document], options: ImportOptions, clock: Clock) -> ParsedF
         notes: list[str] = []
         warnings: list[str] = []
         if requests is None:
-            notes.append("aggregates only: no per-request entries in the file; the tool's own aggregates are in tool_summary")
-            warnings.append(f"benchmark {index}: aggregates only")
+            notes.append(
+                "aggregates only: no per-request entries in the file; "
+                "the tool's own aggregates are in tool_summary"
+            )
+            warnings.append("aggregates only")
         elif sampled:
             listed_n, counted_n = sum(listed.values()), sum(counted.values())
             notes.append(

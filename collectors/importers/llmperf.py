@@ -23,7 +23,9 @@ SUMMARY = "llmperf-summary"
 RESPONSES = "llmperf-responses"
 SOURCE = "llmperf"
 RESPONSE_KEYS = {"ttft_s", "end_to_end_latency_s", "error_code"}
-ITL_NOTE = "llmperf's inter_token_latency_s is total time / output tokens per request (includes TTFT)"
+ITL_NOTE = (
+    "llmperf's inter_token_latency_s is total time / output tokens per request (includes TTFT)"
+)
 
 
 def detect_summary(doc: Document) -> bool:
@@ -41,7 +43,7 @@ def detect_responses(doc: Document) -> bool:
     if doc.kind != "json" or not isinstance(obj, list) or not obj:
         return False
     head = obj[0]
-    return isinstance(head, dict) and RESPONSE_KEYS <= set(head)
+    return isinstance(head, dict) and set(head) >= RESPONSE_KEYS
 
 
 def pair_key(path: str) -> str:
@@ -51,26 +53,39 @@ def pair_key(path: str) -> str:
 
 def _summary_metrics(r: Reader, s: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for m, ours in (("ttft_s", "ttft_ms"), ("end_to_end_latency_s", "e2e_ms"),
-                    ("inter_token_latency_s", "itl_ms")):
+    for m, ours in (
+        ("ttft_s", "ttft_ms"),
+        ("end_to_end_latency_s", "e2e_ms"),
+        ("inter_token_latency_s", "itl_ms"),
+    ):
         stats: dict[str, float] = {}
-        for stat, key in (("mean", "mean"), ("p50", "quantiles_p50"), ("p90", "quantiles_p90"),
-                          ("p95", "quantiles_p95"), ("p99", "quantiles_p99"), ("min", "min"),
-                          ("max", "max"), ("std", "stddev")):
+        for stat, key in (
+            ("mean", "mean"),
+            ("p50", "quantiles_p50"),
+            ("p90", "quantiles_p90"),
+            ("p95", "quantiles_p95"),
+            ("p99", "quantiles_p99"),
+            ("min", "min"),
+            ("max", "max"),
+            ("std", "stddev"),
+        ):
             num = r.finite(s.get(f"results_{m}_{key}"), f"results_{m}_{key}")
             if num is not None:
                 stats[stat] = num * 1000.0
         if stats:
             out[ours] = summary_entry(**stats)
-    for ours, key in (("output_throughput", "results_mean_output_throughput_token_per_s"),
-                      ("completed", "results_num_completed_requests"),
-                      ("failed", "results_number_errors"),
-                      ("error_rate", "results_error_rate")):
+    for ours, key in (
+        ("output_throughput", "results_mean_output_throughput_token_per_s"),
+        ("completed", "results_num_completed_requests"),
+        ("failed", "results_number_errors"),
+        ("error_rate", "results_error_rate"),
+    ):
         num = r.finite(s.get(key), key)
         if num is not None:
             out[ours] = num
-    per_min = r.finite(s.get("results_num_completed_requests_per_min"),
-                       "results_num_completed_requests_per_min")
+    per_min = r.finite(
+        s.get("results_num_completed_requests_per_min"), "results_num_completed_requests_per_min"
+    )
     if per_min is not None:
         out["request_throughput"] = per_min / 60.0
     return out
@@ -87,7 +102,7 @@ def _error_codes(r: Reader, value: Any) -> dict[str, int]:
         except (ValueError, SyntaxError):
             raise r.fail(
                 "results_error_code_frequency",
-                f"expected a Python dict string like \"{{429: 2}}\" but found {str(value)[:40]!r}",
+                f'expected a Python dict string like "{{429: 2}}" but found {str(value)[:40]!r}',
             ) from None
     if not isinstance(parsed, dict):
         raise r.fail("results_error_code_frequency", f"expected a dict but found {parsed!r:.40}")
@@ -97,8 +112,9 @@ def _error_codes(r: Reader, value: Any) -> dict[str, int]:
 def _run_fields(r: Reader, s: dict[str, Any]) -> dict[str, Any]:
     ended = r.finite(s.get("timestamp"), "timestamp")
     completed = r.finite(s.get("results_num_completed_requests"), "results_num_completed_requests")
-    per_min = r.finite(s.get("results_num_completed_requests_per_min"),
-                       "results_num_completed_requests_per_min")
+    per_min = r.finite(
+        s.get("results_num_completed_requests_per_min"), "results_num_completed_requests_per_min"
+    )
     duration = completed / (per_min / 60.0) if completed and per_min else None
     conc = r.integer(s.get("num_concurrent_requests"), "num_concurrent_requests")
     return {
@@ -140,8 +156,11 @@ def parse(docs: list[Document], options: ImportOptions, clock: Clock) -> ParsedF
         notes.insert(0, "aggregates only: only the summary was given (no individual responses)")
         run["tool_summary"] = tool
         run["notes"] = "; ".join(notes)
-        return ParsedFile(format=SUMMARY, sources=[primary.source],
-                          runs=[ParsedRun(run=run, warnings=["aggregates only"])])
+        return ParsedFile(
+            format=SUMMARY,
+            sources=[primary.source],
+            runs=[ParsedRun(run=run, warnings=["aggregates only"])],
+        )
     r = Reader(responses.source.path)
     items = responses.first
     n = len(items)
@@ -159,20 +178,35 @@ def parse(docs: list[Document], options: ImportOptions, clock: Clock) -> ParsedF
         msg = r.text(it.get("error_msg"), where + "error_msg")
         failed = code is not None or bool(msg)
         status.append("error" if failed else "ok")
-        errors.append((msg or f"error {code:g}") if failed and code is not None else msg or None)
+        errors.append((msg or f"error code {code:g}") if failed else None)
         http.append(code)
         t = r.number(r.require(it, "ttft_s", where), where + "ttft_s")
         e = r.number(r.require(it, "end_to_end_latency_s", where), where + "end_to_end_latency_s")
         ttft.append(None if failed or t is None else t * 1000.0)
         e2e.append(None if failed or e is None else e * 1000.0)
-        out_tok.append(None if failed else r.number(it.get("number_output_tokens"), where + "number_output_tokens"))
+        out_tok.append(
+            None
+            if failed
+            else r.number(it.get("number_output_tokens"), where + "number_output_tokens")
+        )
         in_tok.append(r.number(it.get("number_input_tokens"), where + "number_input_tokens"))
-    notes.insert(0, "token counts use llmperf's llama tokenizer, not the model's; no token gaps in the file")
+    notes.insert(
+        0, "token counts use llmperf's llama tokenizer, not the model's; no token gaps in the file"
+    )
     requests = requests_frame(
-        run["run_id"], n, ttft_ms=ttft, e2e_ms=e2e, output_tokens=out_tok, input_tokens=in_tok,
-        status=status, error=errors, http_status=http,
+        run["run_id"],
+        n,
+        ttft_ms=ttft,
+        e2e_ms=e2e,
+        output_tokens=out_tok,
+        input_tokens=in_tok,
+        status=status,
+        error=errors,
+        http_status=http,
     )
     run["tool_summary"] = tool
     run["notes"] = "; ".join(notes)
     sources = [responses.source] + ([summary.source] if summary is not None else [])
-    return ParsedFile(format=RESPONSES, sources=sources, runs=[ParsedRun(run=run, requests=requests)])
+    return ParsedFile(
+        format=RESPONSES, sources=sources, runs=[ParsedRun(run=run, requests=requests)]
+    )

@@ -61,7 +61,7 @@ class Document:
 
 @dataclass
 class ImportOptions:
-    """Metadata given on the command line (or the upload form); a given value wins over the file's."""
+    """Metadata from the command line or the upload form; a given value wins over the file's."""
 
     framework: str | None = None
     model: str | None = None

@@ -68,7 +68,9 @@ def _load_json(src: Source, text: str) -> Document:
             "expected a complete JSON document",
         ) from None
     except RecursionError:
-        raise ImportFormatError(src.path, "JSON nested too deeply; expected a result file") from None
+        raise ImportFormatError(
+            src.path, "JSON nested too deeply; expected a result file"
+        ) from None
     return Document(source=src, kind="json", objects=[(1, value)])
 
 
@@ -120,7 +122,9 @@ def _load_csv(src: Source, text: str) -> Document:
                 continue
             current.append((reader.line_num, row))
     except csv.Error as exc:
-        raise ImportFormatError(src.path, f"invalid CSV ({exc}); expected {EXPECTED_KINDS}") from None
+        raise ImportFormatError(
+            src.path, f"invalid CSV ({exc}); expected {EXPECTED_KINDS}"
+        ) from None
     if current:
         tables.append(current)
     if not tables or all(len(row) < 2 for t in tables for _, row in t):
@@ -165,7 +169,7 @@ class Reader:
         return parent[key]
 
     def number(self, value: Any, key: str, *, allow_none: bool = True) -> float | None:
-        """A number; accepts numeric strings ("1,234.56", "inf", "N/A" → None) as tools write them."""
+        """A number; reads numeric strings as tools write them ("1,234.56", "inf"; "N/A" → None)."""
         if value is None:
             if allow_none:
                 return None
@@ -203,7 +207,7 @@ class Reader:
         num = self.number(value, key)
         if num is None or not math.isfinite(num):
             return None
-        return int(round(num))
+        return round(num)
 
     def text(self, value: Any, key: str) -> str | None:
         if value is None:
@@ -250,7 +254,7 @@ def scalars(obj: Mapping[str, Any], skip: Iterable[str] = ()) -> dict[str, Any]:
 
 
 def json_safe(value: Any) -> Any:
-    """``value`` with non-finite floats replaced by their string form (strict JSON for the store)."""
+    """``value`` with non-finite floats as strings (strict JSON for the store)."""
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     if isinstance(value, dict):

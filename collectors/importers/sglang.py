@@ -38,7 +38,12 @@ def detect(doc: Document) -> bool:
 
 def _tool_metrics(r: Reader, o: dict[str, Any], where: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for m, ours in (("ttft", "ttft_ms"), ("tpot", "tpot_ms"), ("itl", "itl_ms"), ("e2e_latency", "e2e_ms")):
+    for m, ours in (
+        ("ttft", "ttft_ms"),
+        ("tpot", "tpot_ms"),
+        ("itl", "itl_ms"),
+        ("e2e_latency", "e2e_ms"),
+    ):
         entry: dict[str, float] = {}
         for key, value in o.items():
             suffix = f"_{m}_ms"
@@ -81,7 +86,10 @@ def _parse_run(
     duration = r.finite(o.get("duration"), where + "duration")
     backend = r.text(o.get("backend"), where + "backend")
     detailed = "ttfts" in o
-    label = f"rate={'inf' if rate is not None and finite_rate is None else f'{finite_rate:g}' if finite_rate is not None else '?'}"
+    if finite_rate is not None:
+        label = f"rate={finite_rate:g}"
+    else:
+        label = "rate=inf" if rate is not None else "rate=?"
     if max_conc:
         label += f" concurrency={max_conc}"
     tool = {
@@ -106,9 +114,20 @@ def _parse_run(
         duration_s=duration,
         workload=r.text(o.get("dataset_name"), where + "dataset_name"),
         client_params=scalars(
-            {k: o.get(k) for k in ("backend", "dataset_name", "request_rate", "max_concurrency",
-                                   "random_input_len", "random_output_len", "random_range_ratio",
-                                   "sharegpt_output_len") if k in o}
+            {
+                k: o.get(k)
+                for k in (
+                    "backend",
+                    "dataset_name",
+                    "request_rate",
+                    "max_concurrency",
+                    "random_input_len",
+                    "random_output_len",
+                    "random_range_ratio",
+                    "sharegpt_output_len",
+                )
+                if k in o
+            }
         ),
     )
     if not detailed:
@@ -117,7 +136,7 @@ def _parse_run(
             "aggregates only: saved without --output-details, so there are no per-request "
             "figures; the tool's own aggregates are kept in tool_summary"
         )
-        return ParsedRun(run=run, warnings=[f"line {line}: aggregates only"])
+        return ParsedRun(run=run, warnings=["aggregates only"])
 
     ttfts = r.numbers(o["ttfts"], where + "ttfts")
     n = len(ttfts)
@@ -148,7 +167,9 @@ def _parse_run(
             e2e_ms.append((t + sum(itls[i])) * 1000.0)
     notes = [E2E_NOTE]
     if completed is not None and status.count("ok") != completed:
-        notes.append(f"{status.count('ok')} ok requests in the arrays; the file says completed={completed}")
+        notes.append(
+            f"{status.count('ok')} ok requests in the arrays; the file says completed={completed}"
+        )
     run_id = run["run_id"]
     requests = requests_frame(
         run_id,
@@ -163,7 +184,9 @@ def _parse_run(
     )
     run["tool_summary"] = tool
     run["notes"] = "; ".join(notes)
-    return ParsedRun(run=run, requests=requests, token_gaps=gaps_frame(run_id, itls, scale_to_ms=1000.0))
+    return ParsedRun(
+        run=run, requests=requests, token_gaps=gaps_frame(run_id, itls, scale_to_ms=1000.0)
+    )
 
 
 def parse(docs: list[Document], options: ImportOptions, clock: Clock) -> ParsedFile:

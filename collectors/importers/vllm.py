@@ -33,8 +33,18 @@ PER_REQUEST_KEYS = (
     "queue_times",
 )
 # client backends that name the serving framework itself (others, e.g. openai, do not)
-FRAMEWORK_BACKENDS = {"vllm", "tgi", "lmdeploy", "deepspeed-mii", "tensorrt-llm", "scalellm", "sglang"}
+FRAMEWORK_BACKENDS = {
+    "vllm",
+    "tgi",
+    "lmdeploy",
+    "deepspeed-mii",
+    "tensorrt-llm",
+    "scalellm",
+    "sglang",
+}
 METRICS = ("ttft", "tpot", "itl", "e2el")
+# start_times within this distance of the file's date are epoch seconds, not perf_counter()
+EPOCH_WINDOW_S = 2 * 86400.0
 
 
 def _is_vllm(obj: Any) -> bool:
@@ -146,13 +156,23 @@ def _parse_run(
         duration_s=duration,
         client_params={
             k: o.get(k)
-            for k in ("backend", "endpoint_type", "label", "tokenizer_id", "num_prompts",
-                      "request_rate", "burstiness", "max_concurrency")
+            for k in (
+                "backend",
+                "endpoint_type",
+                "label",
+                "tokenizer_id",
+                "num_prompts",
+                "request_rate",
+                "burstiness",
+                "max_concurrency",
+            )
             if o.get(k) is not None
         },
     )
-    run["client_params"] = {k: (str(v) if isinstance(v, float) and not np.isfinite(v) else v)
-                            for k, v in run["client_params"].items()}
+    run["client_params"] = {
+        k: (str(v) if isinstance(v, float) and not np.isfinite(v) else v)
+        for k, v in run["client_params"].items()
+    }
     if not detailed:
         notes.append(
             "aggregates only: saved without --save-detailed, so there are no per-request "
@@ -167,14 +187,12 @@ def _parse_run(
     if num_prompts is not None and n != num_prompts:
         notes.append(f"{n} per-request entries for num_prompts={num_prompts}")
     itls_raw = r.array(r.require(o, "itls", where), where + "itls", n)
-    itls: list[list[float]] = []
     for i, gaps in enumerate(itls_raw):
         if not isinstance(gaps, list):
-            raise r.fail(f"{where}itls[{i}]", f"expected an array of seconds but found {type(gaps).__name__}")
-        if gaps and not all(isinstance(g, int | float) and not isinstance(g, bool) for g in gaps):
-            bad = next(g for g in gaps if not isinstance(g, int | float) or isinstance(g, bool))
-            raise r.fail(f"{where}itls[{i}]", f"expected numbers (seconds) but found {bad!r:.30}")
-        itls.append(gaps)
+            raise r.fail(
+                f"{where}itls[{i}]", f"expected an array of seconds but found {type(gaps).__name__}"
+            )
+    itls: list[list[float]] = itls_raw  # element types are checked when the gaps are built
     out_lens = r.numbers(r.require(o, "output_lens", where), where + "output_lens", n)
     in_lens = r.numbers(o["input_lens"], where + "input_lens", n) if "input_lens" in o else None
     errors_raw = r.array(o["errors"], where + "errors", n) if "errors" in o else None
@@ -204,10 +222,12 @@ def _parse_run(
     if latencies is None:
         notes.append("E2E reconstructed as TTFT + sum of inter-token gaps (no 'latencies' array)")
     sent_at = None
-    if starts is not None and started is not None:
-        valid = [s for s in starts if s is not None]
-        base = min(valid) if valid else 0.0
-        sent_at = [None if s is None else started + (s - base) for s in starts]
+    valid = [s for s in starts if s is not None] if starts is not None else []
+    if valid and started is not None and abs(min(valid) - started) < EPOCH_WINDOW_S:
+        sent_at = list(starts or [])  # already epoch seconds (e.g. a ServeScope export)
+    elif valid and started is not None:
+        base = min(valid)
+        sent_at = [None if s is None else started + (s - base) for s in starts or []]
         notes.append(
             "start_times are perf_counter() values: anchored at date − duration "
             "(date read as UTC; the file does not say its time zone)"
@@ -225,7 +245,16 @@ def _parse_run(
         sent_at=sent_at,
         chunks=[len(g) + 1 if s == "ok" else None for s, g in zip(status, itls, strict=True)],
     )
-    gaps = gaps_frame(run_id, itls, scale_to_ms=1000.0)
+    try:
+        gaps = gaps_frame(run_id, itls, scale_to_ms=1000.0)
+    except (TypeError, ValueError):
+        for i, lst in enumerate(itls):
+            for j, g in enumerate(lst):
+                if not isinstance(g, int | float) or isinstance(g, bool):
+                    raise r.fail(
+                        f"{where}itls[{i}][{j}]", f"expected a number (seconds) but found {g!r:.30}"
+                    ) from None
+        raise
     run["tool_summary"] = tool
     run["notes"] = "; ".join(notes) if notes else None
     return ParsedRun(run=run, requests=requests, token_gaps=gaps)

@@ -192,3 +192,31 @@ def test_memory_store_and_bad_url() -> None:
 
     with pytest.raises(StoreError, match="duckdb:///"):
         Store.open("nosuchdialect://x")
+
+
+def test_writer_takes_frames_and_dicts_in_one_flush(store_url: str, tmp_path: Path) -> None:
+    store = Store.open(store_url)
+    writer = ingest.BufferedWriter(store, flush_interval_s=3600, spool_dir=tmp_path / "spool")
+    writer.add_run({"run_id": "f1", "status": "running"})
+    writer.add("requests", _requests("f1", 30))
+    writer.add("requests", _requests("f1", 5, start=30).to_dict("records"))
+    writer.add(
+        "token_gaps", pd.DataFrame({"run_id": "f1", "seq": 0, "idx": range(4), "gap_ms": 1.5})
+    )
+    assert queries_admin.table_counts(store)["requests"] == 0  # buffered, not yet written
+    assert writer.flush() == 1 + 35 + 4
+    counts = queries_admin.table_counts(store)
+    assert (counts["runs"], counts["requests"], counts["token_gaps"]) == (1, 35, 4)
+    with pytest.raises(InputError, match="add_run"):
+        writer.add("runs", pd.DataFrame({"run_id": ["x"]}))
+
+
+def test_replace_runs_is_one_transaction(store_url: str) -> None:
+    store = Store.open(store_url)
+    good = ingest.RunRows({"run_id": "a", "name": "a"}, _requests("a", 5))
+    bad = ingest.RunRows({"run_id": "b", "name": "b"}, _requests("b", 5).assign(nope=1))
+    with pytest.raises(InputError, match="nope"):
+        ingest.replace_runs(store, [good, bad])
+    assert queries_admin.table_counts(store)["runs"] == 0  # the good run was rolled back too
+    ingest.replace_runs(store, [good, ingest.RunRows({"run_id": "b"}, _requests("b", 7))])
+    assert queries_admin.table_counts(store)["requests"] == 12

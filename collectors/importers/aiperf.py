@@ -1,0 +1,516 @@
+"""NVIDIA AIPerf artifacts (FORMATS §B4).
+
+- ``profile_export_aiperf.json`` / ``.csv`` (CRLF, two tables): the tool's aggregates → a run
+  flagged *aggregates only*, unless the folder's per-request records come with it.
+- ``profile_export.jsonl`` / ``profile_export_records.csv``: one record per request (epoch ns
+  timestamps) → requests; ``inter_chunk_latency`` → token gaps. Warm-up records are skipped.
+- ``gpu_telemetry_export.jsonl`` (DCGM via AIPerf; memory in GB, utilisation in %) → gpu_samples.
+- ``server_metrics_export.jsonl`` (scraped Prometheus) → engine_samples (normalised names) and
+  engine_raw_samples (every gauge/counter series as it came).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .base import Clock
+from .model import Document, ImportOptions, ParsedFile, ParsedRun
+from .nvidia_common import (
+    ITL_DEFINITION,
+    config_fields,
+    csv_summary,
+    iso_epoch,
+    looks_like_summary,
+    metric_dicts,
+    normalise_metrics,
+    split_label,
+    to_ms,
+)
+from .parsing import Reader, scalars
+from .records import base_run, gaps_frame, requests_frame
+
+SOURCE = "aiperf"
+SUMMARY_JSON = "aiperf"
+SUMMARY_CSV = "aiperf-csv"
+RECORDS_JSONL = "aiperf-records"
+RECORDS_CSV = "aiperf-records-csv"
+GPU = "aiperf-gpu-telemetry"
+SERVER = "aiperf-server-metrics"
+
+
+# --- detection ------------------------------------------------------------------------------
+
+
+def detect_summary_json(doc: Document) -> bool:
+    obj = doc.first
+    return (
+        doc.kind == "json"
+        and looks_like_summary(obj)
+        and ("aiperf_version" in obj or "schema_version" in obj)
+    )
+
+
+def detect_summary_csv(doc: Document) -> bool:
+    if doc.kind != "csv":
+        return False
+    header = [h.strip() for h in doc.tables[0][0][1]]
+    if header[:2] != ["Metric", "avg"]:
+        return False
+    # AIPerf: Metric,avg,min,max,p1,… or Metric,avg,sum,min,…, with std; GenAI-Perf: …,max,p99,…
+    return "std" in header or "sum" in header or (len(header) > 4 and header[4] == "p1")
+
+
+def detect_records_jsonl(doc: Document) -> bool:
+    obj = doc.first
+    return (
+        doc.kind in ("json", "jsonl")
+        and isinstance(obj, dict)
+        and isinstance(obj.get("metadata"), dict)
+        and "request_start_ns" in obj["metadata"]
+        and "metrics" in obj
+    )
+
+
+def detect_records_csv(doc: Document) -> bool:
+    if doc.kind != "csv":
+        return False
+    header = {h.strip() for h in doc.tables[0][0][1]}
+    return {"request_start_ns", "request_end_ns"} <= header
+
+
+def detect_gpu(doc: Document) -> bool:
+    obj = doc.first
+    return (
+        doc.kind in ("json", "jsonl")
+        and isinstance(obj, dict)
+        and {"timestamp_ns", "gpu_index", "telemetry_data"} <= set(obj)
+    )
+
+
+def detect_server(doc: Document) -> bool:
+    obj = doc.first
+    return (
+        doc.kind in ("json", "jsonl")
+        and isinstance(obj, dict)
+        and {"endpoint_url", "timestamp_ns", "metrics"} <= set(obj)
+    )
+
+
+# --- summaries -------------------------------------------------------------------------------
+
+
+def _summary_tool(doc: Document) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(tool_summary, run fields) of a summary JSON or CSV."""
+    r = Reader(doc.source.path)
+    if doc.kind == "csv":
+        metrics = csv_summary(doc, r)
+        raw: dict[str, Any] = {"metrics_csv": metrics}
+        fields: dict[str, Any] = {}
+    else:
+        obj = r.obj(doc.first, "(document)")
+        metrics = metric_dicts(obj)
+        raw = scalars(obj)
+        fields = config_fields(obj.get("input_config"))
+        started, ended = iso_epoch(obj.get("start_time")), iso_epoch(obj.get("end_time"))
+        if started is not None and ended is not None:
+            fields.update(started_at=started, ended_at=ended)
+        if isinstance(obj.get("aiperf_version"), str):
+            raw["aiperf_version"] = obj["aiperf_version"]
+    dur = metrics.get("benchmark_duration")
+    if dur is not None and fields.get("started_at") is None:
+        seconds = r.finite(dur.get("avg"), "benchmark_duration.avg")
+        if seconds is not None:
+            fields["duration_s"] = seconds
+    tool = {
+        "format": SOURCE,
+        "metrics": normalise_metrics(r, metrics, "AIPerf"),
+        "definitions": {"itl_ms": ITL_DEFINITION.format(tool="AIPerf")},
+        "raw": raw,
+        "summary_file": doc.source.path,
+    }
+    return tool, fields
+
+
+def parse_summary(docs: list[Document], options: ImportOptions, clock: Clock) -> ParsedFile:
+    doc = docs[0]
+    tool, fields = _summary_tool(doc)
+    tool.update(aggregates_only=True, per_request="none")
+    run = base_run(doc.source, SOURCE, 0, options, clock=clock, **fields)
+    run["tool_summary"] = tool
+    run["notes"] = (
+        "aggregates only: AIPerf's summary without its per-request records "
+        "(profile_export.jsonl); the tool's own aggregates are kept in tool_summary"
+    )
+    return ParsedFile(
+        format=SUMMARY_CSV if doc.kind == "csv" else SUMMARY_JSON,
+        sources=[doc.source],
+        runs=[ParsedRun(run=run, warnings=["aggregates only"])],
+    )
+
+
+# --- per-request records ----------------------------------------------------------------------
+
+
+def _metric(r: Reader, metrics: dict[str, Any], name: str, where: str, *, time: bool) -> Any:
+    m = metrics.get(name)
+    if m is None:
+        return None
+    m = r.obj(m, where + name)
+    value = m.get("value")
+    if time:
+        factor = to_ms(r, m.get("unit", "ms"), where + name)
+        if isinstance(value, list):
+            return [v * factor for v in r.numbers(value, where + name + ".value") if v is not None]
+        num = r.number(value, where + name + ".value")
+        return None if num is None else num * factor
+    return r.number(value, where + name + ".value")
+
+
+def _records_jsonl(doc: Document, run_id: str) -> tuple[pd.DataFrame | None, Any, int]:
+    r = Reader(doc.source.path)
+    rows: dict[str, list[Any]] = {
+        k: []
+        for k in (
+            "sent",
+            "ttft",
+            "e2e",
+            "out",
+            "inp",
+            "est",
+            "status",
+            "err",
+            "http",
+            "conv",
+            "turn",
+            "gaps",
+        )
+    }
+    warmup = 0
+    for line, obj in doc.objects:
+        where = f"line {line}: "
+        rec = r.obj(obj, where + "(record)")
+        meta = r.get_obj(rec, "metadata", where)
+        metrics = r.opt_obj(rec, "metrics", where)
+        if meta.get("benchmark_phase") == "warmup":
+            warmup += 1
+            continue
+        start_raw, end_raw = meta.get("request_start_ns"), meta.get("request_end_ns")
+        start = r.req_number(meta, "request_start_ns", where + "metadata.")
+        end = r.number(end_raw, where + "metadata.request_end_ns")
+        if isinstance(start_raw, int) and isinstance(end_raw, int):
+            start, end = start_raw, end_raw  # exact integer ns (floats lose ~256 ns at 1e18)
+        error = rec.get("error")
+        cancelled = bool(meta.get("was_cancelled"))
+        status = "error" if error else ("cancelled" if cancelled else "ok")
+        ttft = _metric(r, metrics, "time_to_first_token", where + "metrics.", time=True)
+        gaps = _metric(r, metrics, "inter_chunk_latency", where + "metrics.", time=True) or []
+        usage_out = _metric(r, metrics, "usage_completion_tokens", where + "metrics.", time=False)
+        osl = _metric(r, metrics, "output_sequence_length", where + "metrics.", time=False)
+        usage_in = _metric(r, metrics, "usage_prompt_tokens", where + "metrics.", time=False)
+        isl = _metric(r, metrics, "input_sequence_length", where + "metrics.", time=False)
+        rows["sent"].append(start / 1e9)
+        rows["ttft"].append(ttft)
+        rows["e2e"].append((end - start) / 1e6 if end is not None and status == "ok" else None)
+        rows["out"].append(
+            (usage_out if usage_out is not None else osl) if status == "ok" else None
+        )
+        rows["est"].append(usage_out is None and status == "ok")
+        rows["inp"].append(usage_in if usage_in is not None else isl)
+        rows["status"].append(status)
+        err_obj = error if isinstance(error, dict) else {}
+        rows["err"].append(None if not error else str(err_obj.get("message") or error)[:500])
+        code = err_obj.get("code")
+        rows["http"].append(code if isinstance(code, int) else None)
+        rows["conv"].append(meta.get("conversation_id"))
+        rows["turn"].append(meta.get("turn_index"))
+        rows["gaps"].append(gaps if status == "ok" else [])
+    n = len(rows["status"])
+    if n == 0:
+        return None, None, warmup
+    frame = requests_frame(
+        run_id,
+        n,
+        ttft_ms=rows["ttft"],
+        e2e_ms=rows["e2e"],
+        output_tokens=rows["out"],
+        input_tokens=rows["inp"],
+        status=rows["status"],
+        error=rows["err"],
+        sent_at=rows["sent"],
+        http_status=rows["http"],
+        conversation_id=rows["conv"],
+        turn=rows["turn"],
+        output_tokens_estimated=rows["est"],
+        chunks=[len(g) + 1 if g else None for g in rows["gaps"]],
+    )
+    return frame, gaps_frame(run_id, rows["gaps"], scale_to_ms=1.0), warmup
+
+
+def _ns_cell(r: Reader, value: str | None, key: str) -> float | int | None:
+    """An epoch-ns cell as an exact int when it is one (floats lose ~256 ns at 1e18)."""
+    if value is not None and value.isdigit():
+        return int(value)
+    return r.number(value, key)
+
+
+def _records_csv(doc: Document, run_id: str) -> tuple[pd.DataFrame | None, Any, int]:
+    r = Reader(doc.source.path)
+    table = doc.tables[0]
+    _header_line, header = table[0]
+    cols: dict[str, tuple[int, str | None]] = {}
+    for i, label in enumerate(header):
+        name, unit = split_label(label)
+        cols[name] = (i, unit)
+
+    def cell(row: list[str], name: str) -> str | None:
+        if name not in cols or cols[name][0] >= len(row):
+            return None
+        value = row[cols[name][0]].strip()
+        return value or None
+
+    def timed(row: list[str], name: str, line: int) -> float | None:
+        value = r.number(cell(row, name), f"line {line} column {name!r}")
+        if value is None:
+            return None
+        return value * to_ms(r, cols[name][1] or "ms", f"line {line} column {name!r}")
+
+    rows: dict[str, list[Any]] = {
+        k: [] for k in ("sent", "ttft", "e2e", "out", "inp", "est", "status", "err", "conv", "turn")
+    }
+    warmup = 0
+    for line, row in table[1:]:
+        if len(row) != len(header):
+            raise r.fail(
+                None, f"line {line}: found {len(row)} cells; expected {len(header)} like the header"
+            )
+        if cell(row, "benchmark_phase") == "warmup":
+            warmup += 1
+            continue
+        start = _ns_cell(r, cell(row, "request_start_ns"), f"line {line} column 'request_start_ns'")
+        if start is None:
+            raise r.fail(None, f"line {line} column 'request_start_ns': required value is empty")
+        end = _ns_cell(r, cell(row, "request_end_ns"), f"line {line} column 'request_end_ns'")
+        error = cell(row, "error_code") or cell(row, "error_message")
+        cancelled = (cell(row, "was_cancelled") or "").lower() == "true"
+        status = "error" if error else ("cancelled" if cancelled else "ok")
+        usage_out = r.number(
+            cell(row, "usage_completion_tokens"), f"line {line} column 'usage_completion_tokens'"
+        )
+        osl = r.number(
+            cell(row, "output_sequence_length"), f"line {line} column 'output_sequence_length'"
+        )
+        usage_in = r.number(
+            cell(row, "usage_prompt_tokens"), f"line {line} column 'usage_prompt_tokens'"
+        )
+        isl = r.number(
+            cell(row, "input_sequence_length"), f"line {line} column 'input_sequence_length'"
+        )
+        rows["sent"].append(start / 1e9)
+        rows["ttft"].append(timed(row, "time_to_first_token", line))
+        rows["e2e"].append((end - start) / 1e6 if end is not None and status == "ok" else None)
+        rows["out"].append(
+            (usage_out if usage_out is not None else osl) if status == "ok" else None
+        )
+        rows["est"].append(usage_out is None and status == "ok")
+        rows["inp"].append(usage_in if usage_in is not None else isl)
+        rows["status"].append(status)
+        rows["err"].append(None if not error else (cell(row, "error_message") or error)[:500])
+        rows["conv"].append(cell(row, "conversation_id"))
+        turn = cell(row, "turn_index")
+        rows["turn"].append(
+            None if turn is None else r.number(turn, f"line {line} column 'turn_index'")
+        )
+    n = len(rows["status"])
+    if n == 0:
+        return None, None, warmup
+    frame = requests_frame(
+        run_id,
+        n,
+        ttft_ms=rows["ttft"],
+        e2e_ms=rows["e2e"],
+        output_tokens=rows["out"],
+        input_tokens=rows["inp"],
+        status=rows["status"],
+        error=rows["err"],
+        sent_at=rows["sent"],
+        conversation_id=rows["conv"],
+        turn=rows["turn"],
+        output_tokens_estimated=rows["est"],
+    )
+    return frame, None, warmup
+
+
+def parse_records(docs: list[Document], options: ImportOptions, clock: Clock) -> ParsedFile:
+    records = docs[0]
+    summary = docs[1] if len(docs) > 1 else None
+    fmt = RECORDS_CSV if records.kind == "csv" else RECORDS_JSONL
+    tool: dict[str, Any] = {"format": SOURCE, "aggregates_only": False, "per_request": "full"}
+    fields: dict[str, Any] = {}
+    if summary is not None:
+        tool, fields = _summary_tool(summary)
+        tool.update(aggregates_only=False, per_request="full")
+    run = base_run(records.source, SOURCE, 0, options, clock=clock, **fields)
+    run_id = run["run_id"]
+    if records.kind == "csv":
+        requests, gaps, warmup = _records_csv(records, run_id)
+    else:
+        requests, gaps, warmup = _records_jsonl(records, run_id)
+    notes: list[str] = []
+    if requests is None:
+        raise Reader(records.source.path).fail(
+            None, "no profiling records (only warm-up or none); expected per-request records"
+        )
+    sent = requests["sent_at"].to_numpy(dtype="float64")
+    done = requests["done_at"].to_numpy(dtype="float64")
+    if "started_at" not in run and np.isfinite(sent).any():
+        run["started_at"] = float(np.nanmin(sent))
+        run["ended_at"] = float(np.nanmax(done)) if np.isfinite(done).any() else None
+        if run["ended_at"] is not None:
+            run["duration_s"] = run["ended_at"] - run["started_at"]
+    if warmup:
+        notes.append(f"{warmup} warm-up records skipped")
+    if bool(requests["output_tokens_estimated"].any()):
+        notes.append(
+            "output tokens from AIPerf's tokenizer where the server's usage is missing "
+            "(flagged estimated)"
+        )
+    if gaps is None and records.kind == "jsonl":
+        notes.append("no inter_chunk_latency in the records (non-streaming run?): no token gaps")
+    run["tool_summary"] = tool
+    run["notes"] = "; ".join(notes) if notes else None
+    sources = [records.source] + ([summary.source] if summary is not None else [])
+    return ParsedFile(
+        format=fmt, sources=sources, runs=[ParsedRun(run=run, requests=requests, token_gaps=gaps)]
+    )
+
+
+# --- telemetry -------------------------------------------------------------------------------
+
+GB = 1e9
+
+
+def parse_gpu(docs: list[Document], options: ImportOptions, clock: Clock) -> ParsedFile:
+    doc = docs[0]
+    r = Reader(doc.source.path)
+    rows: list[dict[str, Any]] = []
+    for line, obj in doc.objects:
+        where = f"line {line}: "
+        o = r.obj(obj, where + "(sample)")
+        data = r.get_obj(o, "telemetry_data", where)
+        ts = r.req_number(o, "timestamp_ns", where) / 1e9
+        index = r.integer(r.require(o, "gpu_index", where), where + "gpu_index")
+
+        def num(
+            key: str, factor: float = 1.0, data: dict[str, Any] = data, where: str = where
+        ) -> float | None:
+            v = r.finite(data.get(key), where + "telemetry_data." + key)
+            return None if v is None or v >= 9.2e18 else v * factor
+
+        rows.append(
+            {
+                "host": str(o.get("hostname") or o.get("telemetry_source_url") or "unknown"),
+                "gpu_index": index,
+                "ts": ts,
+                "gpu_uuid": o.get("gpu_uuid"),
+                "gpu_name": o.get("gpu_model_name"),
+                "mem_used_bytes": num("gpu_memory_used", GB),
+                "mem_total_bytes": num("gpu_memory_total", GB),
+                "util_gpu": num("gpu_utilization", 0.01),
+                "util_mem": num("memory_copy_utilization", 0.01),
+                "power_w": num("gpu_power_usage"),
+                "temp_c": num("gpu_temperature"),
+                "sm_clock_mhz": num("sm_clock_frequency"),
+                "source": "dcgm",
+            }
+        )
+    frame = pd.DataFrame(rows).drop_duplicates(subset=["host", "gpu_index", "ts"])
+    return ParsedFile(format=GPU, sources=[doc.source], samples={"gpu_samples": frame})
+
+
+# Prometheus names → normalised engine metrics (ARCHITECTURE §6); "sum" across series, or "mean"
+ENGINE_METRICS: dict[str, tuple[str, str, str]] = {
+    "vllm:num_requests_running": ("vllm", "requests_running", "sum"),
+    "vllm:num_requests_waiting": ("vllm", "requests_waiting", "sum"),
+    "vllm:kv_cache_usage_perc": ("vllm", "kv_cache_usage", "mean"),
+    "vllm:gpu_cache_usage_perc": ("vllm", "kv_cache_usage", "mean"),
+    "vllm:num_preemptions_total": ("vllm", "preemptions_total", "sum"),
+    "vllm:num_preemptions": ("vllm", "preemptions_total", "sum"),
+    "vllm:prompt_tokens_total": ("vllm", "prompt_tokens_total", "sum"),
+    "vllm:prompt_tokens": ("vllm", "prompt_tokens_total", "sum"),
+    "vllm:generation_tokens_total": ("vllm", "generation_tokens_total", "sum"),
+    "vllm:generation_tokens": ("vllm", "generation_tokens_total", "sum"),
+    "vllm:prefix_cache_hits_total": ("vllm", "prefix_cache_hits_total", "sum"),
+    "vllm:prefix_cache_hits": ("vllm", "prefix_cache_hits_total", "sum"),
+    "vllm:prefix_cache_queries_total": ("vllm", "prefix_cache_queries_total", "sum"),
+    "vllm:prefix_cache_queries": ("vllm", "prefix_cache_queries_total", "sum"),
+    "sglang:num_running_reqs": ("sglang", "requests_running", "sum"),
+    "sglang:num_queue_reqs": ("sglang", "requests_waiting", "sum"),
+    "sglang:token_usage": ("sglang", "kv_cache_usage", "mean"),
+    "sglang:prompt_tokens_total": ("sglang", "prompt_tokens_total", "sum"),
+    "sglang:generation_tokens_total": ("sglang", "generation_tokens_total", "sum"),
+    "tgi_batch_current_size": ("tgi", "requests_running", "sum"),
+    "tgi_queue_size": ("tgi", "requests_waiting", "sum"),
+    "llamacpp:requests_processing": ("llamacpp", "requests_running", "sum"),
+    "llamacpp:requests_deferred": ("llamacpp", "requests_waiting", "sum"),
+    "llamacpp:prompt_tokens_total": ("llamacpp", "prompt_tokens_total", "sum"),
+    "llamacpp:tokens_predicted_total": ("llamacpp", "generation_tokens_total", "sum"),
+    "trtllm_num_requests_running": ("trtllm", "requests_running", "sum"),
+    "trtllm_num_requests_waiting": ("trtllm", "requests_waiting", "sum"),
+    "trtllm_kv_cache_utilization": ("trtllm", "kv_cache_usage", "mean"),
+}
+
+
+def parse_server(docs: list[Document], options: ImportOptions, clock: Clock) -> ParsedFile:
+    doc = docs[0]
+    r = Reader(doc.source.path)
+    raw: list[dict[str, Any]] = []
+    norm: dict[tuple[str, float, str], tuple[str, str, list[float]]] = {}
+    for line, obj in doc.objects:
+        where = f"line {line}: "
+        o = r.obj(obj, where + "(snapshot)")
+        target = str(r.require(o, "endpoint_url", where))
+        ts = r.req_number(o, "timestamp_ns", where) / 1e9
+        metrics = r.get_obj(o, "metrics", where)
+        for name, series in metrics.items():
+            for i, s in enumerate(r.array(series, f"{where}metrics.{name}")):
+                s = r.obj(s, f"{where}metrics.{name}[{i}]")
+                if "value" not in s:
+                    continue  # histograms and summaries: only their series' sums would fit
+                value = r.number(s["value"], f"{where}metrics.{name}[{i}].value")
+                if value is None:
+                    continue
+                labels = s.get("labels") or {}
+                raw.append(
+                    {
+                        "target": target,
+                        "ts": ts,
+                        "name": name,
+                        "labels": json.dumps(labels, sort_keys=True),
+                        "value": value,
+                    }
+                )
+                if name in ENGINE_METRICS:
+                    engine, metric, how = ENGINE_METRICS[name]
+                    norm.setdefault((target, ts, metric), (engine, how, []))[2].append(value)
+    engine_rows = [
+        {
+            "target": t,
+            "ts": ts,
+            "metric": m,
+            "engine": engine,
+            "value": sum(vals) if how == "sum" else sum(vals) / len(vals),
+        }
+        for (t, ts, m), (engine, how, vals) in norm.items()
+    ]
+    samples: dict[str, pd.DataFrame] = {}
+    if raw:
+        samples["engine_raw_samples"] = pd.DataFrame(raw).drop_duplicates(
+            subset=["target", "ts", "name", "labels"]
+        )
+    if engine_rows:
+        samples["engine_samples"] = pd.DataFrame(engine_rows)
+    return ParsedFile(format=SERVER, sources=[doc.source], samples=samples)
