@@ -20,7 +20,7 @@ from errors import ServeScopeError
 ROOT = Path(__file__).resolve().parent
 
 
-def _db_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _db_commands(sub: argparse._SubParsersAction) -> None:
     db = sub.add_parser("db", help="store maintenance: info, migrate, ingest-spool")
     db.add_argument("--db", help="store URL (default: $SERVESCOPE_DB or the DuckDB file)")
     actions = db.add_subparsers(dest="db_action", required=True)
@@ -46,7 +46,7 @@ def _run_db(args: argparse.Namespace) -> int:
     return 0
 
 
-def _ui_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _ui_command(sub: argparse._SubParsersAction) -> None:
     ui = sub.add_parser("ui", help="open the dashboard (Streamlit) on 127.0.0.1")
     ui.add_argument("--port", type=int, default=8501)
     ui.add_argument(
@@ -91,7 +91,7 @@ def run_ui(args: argparse.Namespace) -> int:
         return 0
 
 
-def _demo_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _demo_command(sub: argparse._SubParsersAction) -> None:
     from collectors import demo
 
     p = sub.add_parser(
