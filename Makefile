@@ -24,9 +24,10 @@ demo: $(STAMP)
 ui: $(STAMP)
 	$(BIN)/servescope ui --port $(PORT)
 
-## test: the self-contained suite (DuckDB, the sim, AppTest): no PostgreSQL, browser or llama.cpp
+## test: the self-contained suite (DuckDB, the sim, AppTest): no PostgreSQL, browser, llama.cpp
+##       or the 2-minute soak test
 test: $(STAMP)
-	$(BIN)/pytest -m "not postgres and not e2e and not llamacpp" -q
+	$(BIN)/pytest -m "not postgres and not e2e and not llamacpp and not slow" -q
 
 ## test-all: lint, then everything: also PostgreSQL, Debian's chromium and llama.cpp's server
 test-all: $(STAMP) lint
@@ -47,6 +48,9 @@ bench: $(STAMP)
 	$(BIN)/python bench/loadgen_capacity.py
 	$(BIN)/python bench/measurement_error.py
 	$(BIN)/python bench/sim_calibration.py
+	$(BIN)/python bench/metrics_parse.py
+	$(BIN)/python bench/watch_overhead.py
+	$(BIN)/python bench/import_vllm_100k.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache

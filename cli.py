@@ -117,7 +117,7 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from collectors import export
+    from collectors import export, watch_command
     from collectors.importers import command as import_command
     from collectors.loadgen import command as bench_command
     from sim import command as sim_command
@@ -132,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench_command.register(sub)
     import_command.register(sub)
     export.register(sub)
+    watch_command.register(sub)
     _demo_command(sub)
     _ui_command(sub)
     _db_commands(sub)

@@ -125,11 +125,13 @@ def replace_runs(
     store: Store,
     runs: Sequence[RunRows],
     samples: Mapping[str, pd.DataFrame] | None = None,
-) -> None:
+) -> int:
     """Write runs with all their rows (and sample tables) in ONE transaction (importers).
 
     Any earlier copy of each run is replaced; if anything fails, nothing of the batch stays.
+    Returns how many sample rows were new (sample keys already stored are skipped).
     """
+    new_samples = 0
     with store.connect() as conn:
         for item in runs:
             values = _run_values({"source": "servescope", **item.run})
@@ -143,7 +145,8 @@ def replace_runs(
         for table, frame in (samples or {}).items():
             if table not in BULK_TABLES or table in ("requests", "token_gaps"):
                 raise InputError(f"{table!r} is not a sample table; use one of {_SAMPLE_TABLES}")
-            _bulk_insert(conn, BULK_TABLES[table], frame)
+            new_samples += _bulk_insert(conn, BULK_TABLES[table], frame)
+    return new_samples
 
 
 def replace_run(

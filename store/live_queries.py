@@ -30,24 +30,28 @@ def _in_list(prefix: str, values: Sequence[str]) -> tuple[str, dict[str, str]]:
     return ", ".join(f":{n}" for n in names), dict(zip(names, values, strict=True))
 
 
-def last_sample_times(store: Store) -> pd.DataFrame:
-    """When each engine target and each GPU last reported: columns kind, key, last_ts.
+def last_sample_times(store: Store, *, since: float | None = None) -> pd.DataFrame:
+    """When each engine target and each GPU host last reported: columns kind, key, last_ts.
 
-    ``kind`` is ``engine`` (key = target URL) or ``gpu`` (key = host). Over all time, so the
-    page can say "last seen …" for a source that stopped long ago.
+    ``kind`` is ``engine`` (key = target URL) or ``gpu`` (key = host). With ``since``, only
+    sources that reported since then (cheap: samples are appended in time order, so the scan
+    skips old row groups); without it, over all time ("last seen …" of a stopped source).
     """
+    params = {"since": since if since is not None else -1e18}
     return store.read_df(
         "SELECT 'engine' AS kind, target AS key, MAX(ts) AS last_ts FROM engine_samples "
-        "GROUP BY target "
+        "WHERE ts >= :since GROUP BY target "
         "UNION ALL "
-        "SELECT 'gpu' AS kind, host AS key, MAX(ts) AS last_ts FROM gpu_samples GROUP BY host "
-        "ORDER BY kind, key"
+        "SELECT 'gpu' AS kind, host AS key, MAX(ts) AS last_ts FROM gpu_samples "
+        "WHERE ts >= :since GROUP BY host "
+        "ORDER BY kind, key",
+        params,
     )
 
 
-def latest_sample_ts(store: Store) -> float | None:
-    """The newest sample of any live source, or None when nothing was ever collected."""
-    df = last_sample_times(store)
+def latest_sample_ts(store: Store, *, since: float | None = None) -> float | None:
+    """The newest sample of any live source (since ``since``), or None when there is none."""
+    df = last_sample_times(store, since=since)
     if df.empty or df["last_ts"].isna().all():
         return None
     return float(df["last_ts"].max())
@@ -137,17 +141,51 @@ def gpu_memory_series(store: Store, *, since: float, until: float | None = None)
     return df[["host", "gpu_index", "ts", "mem_used_bytes", "mem_total_bytes"]]
 
 
-def latest_gpu_state(store: Store) -> pd.DataFrame:
-    """Each GPU's newest sample (same columns as :func:`gpu_series`)."""
+def latest_gpu_state(store: Store, *, since: float | None = None) -> pd.DataFrame:
+    """Each GPU's newest sample (same columns as :func:`gpu_series`), among GPUs that reported
+    since ``since`` (default: ever)."""
     return store.read_df(
         "SELECT g.host, g.gpu_index, g.ts, g.gpu_name, g.gpu_uuid, g.mem_used_bytes, "
         "g.mem_total_bytes, g.util_gpu, g.util_mem, g.power_w, g.temp_c, g.sm_clock_mhz, "
         "g.source FROM gpu_samples AS g "
-        "JOIN (SELECT host, gpu_index, MAX(ts) AS ts FROM gpu_samples "
+        "JOIN (SELECT host, gpu_index, MAX(ts) AS ts FROM gpu_samples WHERE ts >= :since "
         "GROUP BY host, gpu_index) AS l "
         "ON g.host = l.host AND g.gpu_index = l.gpu_index AND g.ts = l.ts "
-        "ORDER BY g.host, g.gpu_index"
+        "ORDER BY g.host, g.gpu_index",
+        {"since": since if since is not None else -1e18},
     )
+
+
+def run_live_sources(store: Store, run_id: str) -> dict[str, object]:
+    """The live sources recorded with a run (``runs.client_params["collectors"]``, written by
+    the bench from ``LiveCollection.stop().to_json()``) and its time span: keys ``started_at``,
+    ``ended_at``, ``targets``, ``hosts`` (empty lists when none were recorded)."""
+    import json
+
+    df = store.read_df(
+        "SELECT started_at, ended_at, client_params FROM runs WHERE run_id = :run_id",
+        {"run_id": run_id},
+    )
+    if df.empty:
+        return {}
+    row = df.iloc[0]
+    collectors: dict[str, object] = {}
+    raw = row["client_params"]
+    if isinstance(raw, str) and raw:
+        try:
+            collectors = dict(json.loads(raw).get("collectors") or {})
+        except (ValueError, AttributeError):
+            collectors = {}
+    return {
+        "started_at": row["started_at"],
+        "ended_at": row["ended_at"],
+        "targets": _str_list(collectors.get("targets")),
+        "hosts": _str_list(collectors.get("hosts")),
+    }
+
+
+def _str_list(value: object) -> list[str]:
+    return [str(v) for v in value] if isinstance(value, list) else []
 
 
 def sample_counts(

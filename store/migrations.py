@@ -55,7 +55,18 @@ def _initial(conn: sa.Connection) -> None:
     _dialect_metadata(conn.dialect.name).create_all(conn, checkfirst=True)
 
 
-MIGRATIONS: tuple[Migration, ...] = ((1, "initial schema", _initial),)
+def _gpu_reserved_memory(conn: sa.Connection) -> None:
+    conn.execute(
+        sa.text(
+            "ALTER TABLE gpu_samples ADD COLUMN IF NOT EXISTS mem_reserved_bytes DOUBLE PRECISION"
+        )
+    )
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    (1, "initial schema", _initial),
+    (2, "gpu_samples.mem_reserved_bytes (NVML / DCGM reserved memory)", _gpu_reserved_memory),
+)
 
 
 def current_version(conn: sa.Connection) -> int:

@@ -16,6 +16,7 @@ constants of this module (column names from a fixed map, percentile fractions).
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
@@ -157,7 +158,8 @@ def latest_runs(store: Store, limit: int = 50) -> pd.DataFrame:
     workload, arrival, concurrency, target_rate, started_at, status, client_bound,
     client_bound_reason, requests, ok, errors, output_tokens, duration_s, output_throughput
     (tokens/s), request_throughput (requests/s), ttft_n, ttft_p50_ms, ttft_p99_ms, tpot_n,
-    tpot_p50_ms, tpot_p99_ms — percentiles over successful requests.
+    tpot_p50_ms, tpot_p99_ms — percentiles over successful requests — and aggregates_only (an
+    import that holds only the tool's own aggregates, no per-request rows).
     """
     if limit < 1:
         raise InputError(f"limit must be at least 1, got {limit}")
@@ -178,7 +180,8 @@ def latest_runs(store: Store, limit: int = 50) -> pd.DataFrame:
         WITH latest AS (
             SELECT run_id, name, source, framework, framework_version, model, gpu_name,
                    gpu_count, workload, arrival, concurrency, target_rate, started_at, ended_at,
-                   duration_s, created_at, status, client_bound, client_bound_reason
+                   duration_s, created_at, status, client_bound, client_bound_reason,
+                   tool_summary
             FROM runs
             ORDER BY COALESCE(started_at, created_at) DESC NULLS LAST, run_id
             LIMIT :limit
@@ -202,7 +205,7 @@ def latest_runs(store: Store, limit: int = 50) -> pd.DataFrame:
         )
         SELECT run_id, name, source, framework, framework_version, model, gpu_name, gpu_count,
                workload, arrival, concurrency, target_rate, started_at, status, client_bound,
-               client_bound_reason,
+               client_bound_reason, tool_summary,
                COALESCE(requests, 0) AS requests,
                COALESCE(ok, 0) AS ok,
                COALESCE(requests, 0) - COALESCE(ok, 0) AS errors,
@@ -216,6 +219,10 @@ def latest_runs(store: Store, limit: int = 50) -> pd.DataFrame:
         ORDER BY COALESCE(started_at, created_at) DESC NULLS LAST, run_id
     """
     df = store.read_df(sql, {"limit": int(limit)})
+    summaries = [_json_object(v) for v in df.pop("tool_summary").tolist()]
+    df["aggregates_only"] = pd.Series(
+        [bool(t and t.get("aggregates_only")) for t in summaries], index=df.index, dtype=bool
+    )
     return _coerce(
         df,
         ints=("requests", "ok", "errors", "output_tokens", "ttft_n", "tpot_n"),
@@ -291,6 +298,32 @@ def run_detail(store: Store, run_id: str) -> pd.DataFrame:
         ),
         bools=("client_bound", "output_tokens_estimated"),
     )
+
+
+def run_tool_summary(store: Store, run_id: str) -> pd.DataFrame:
+    """An imported run's own aggregates, as the tool reported them (for cross-checks).
+
+    One row: run_id, source, tool_summary (the decoded JSON object; None when the run has none,
+    e.g. a ServeScope run, or when it is not valid JSON). Empty when the run does not exist.
+    """
+    sql = "SELECT run_id, source, tool_summary FROM runs WHERE run_id = :run_id"
+    df = store.read_df(sql, {"run_id": run_id})
+    df["tool_summary"] = pd.Series(
+        [_json_object(v) for v in df["tool_summary"].tolist()], index=df.index, dtype=object
+    )
+    return df
+
+
+def _json_object(value: Any) -> dict[str, Any] | None:
+    if isinstance(value, dict):
+        return value
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError:
+        return None
+    return parsed if isinstance(parsed, dict) else None
 
 
 def run_itl_summary(store: Store, run_id: str) -> pd.DataFrame:

@@ -104,6 +104,7 @@ gpu_samples = sa.Table(
     sa.Column("gpu_name", sa.Text),
     sa.Column("mem_used_bytes", DOUBLE),
     sa.Column("mem_total_bytes", DOUBLE),
+    sa.Column("mem_reserved_bytes", DOUBLE),  # migration 2
     sa.Column("util_gpu", DOUBLE),
     sa.Column("util_mem", DOUBLE),
     sa.Column("power_w", DOUBLE),

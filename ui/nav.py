@@ -16,5 +16,6 @@ class PageSpec:
 
 PAGES: tuple[PageSpec, ...] = (
     PageSpec("pages/home.py", "Home", ":material/home:", "home", default=True),
+    PageSpec("pages/live.py", "Live", ":material/monitor_heart:", "live"),
     PageSpec("pages/data.py", "Data", ":material/database:", "data"),
 )

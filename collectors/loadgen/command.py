@@ -99,6 +99,37 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         metavar="S",
         help="per-request timeout (default 600)",
     )
+    p.add_argument(
+        "--metrics-url",
+        default="auto",
+        metavar="URL|auto|off",
+        help="engine /metrics scraped during each run (default auto: the endpoint's /metrics "
+        "when it answers as a known engine)",
+    )
+    p.add_argument(
+        "--dcgm",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="DCGM exporter /metrics scraped during each run (repeatable)",
+    )
+    gpu = p.add_mutually_exclusive_group()
+    gpu.add_argument(
+        "--gpu",
+        dest="gpu",
+        action="store_const",
+        const=True,
+        default=None,
+        help="sample local GPUs through NVML (default: when a driver is present)",
+    )
+    gpu.add_argument("--no-gpu", dest="gpu", action="store_const", const=False)
+    p.add_argument(
+        "--collect-interval",
+        type=float,
+        default=1.0,
+        metavar="S",
+        help="seconds between live samples (default 1, down to 0.25)",
+    )
     p.add_argument("--db", metavar="URL", help="store URL (default: SERVESCOPE_DB)")
     p.set_defaults(func=run)
 
@@ -133,6 +164,10 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         workers=args.workers,
         api_key_env=args.api_key_env,
         timeout_s=args.timeout,
+        metrics_url=args.metrics_url,
+        dcgm_urls=tuple(args.dcgm),
+        gpu=args.gpu,
+        collect_interval_s=args.collect_interval,
     ).validated()
 
 

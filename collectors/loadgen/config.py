@@ -160,6 +160,12 @@ class BenchConfig:
     workers: int = 1
     api_key_env: str | None = None
     timeout_s: float = 600.0
+    # live collection during each run (collectors/watch.py): "auto" = the endpoint's /metrics
+    # when it answers as an engine; None or "off" = none; else a URL
+    metrics_url: str | None = "auto"
+    dcgm_urls: tuple[str, ...] = ()
+    gpu: bool | None = None  # NVML: None = when present, True = required (noted when absent)
+    collect_interval_s: float = 1.0
     # Python-API extras (not command-line flags)
     run_id: str | None = None  # base of the run ids (one per level: f"{run_id}-{slug}")
     sweep_id: str | None = None
@@ -226,6 +232,14 @@ class BenchConfig:
             raise InputError(f"--workers must be ≥ 1, got {self.workers}")
         if not self.timeout_s > 0:
             raise InputError(f"--timeout must be > 0 seconds, got {self.timeout_s}")
+        if not self.collect_interval_s >= 0.25:
+            raise InputError(f"--collect-interval must be ≥ 0.25 s, got {self.collect_interval_s}")
+        for url in [*self.dcgm_urls, *([self.metrics_url] if self.metrics_url else [])]:
+            if url not in ("auto", "off") and not re.match(r"^https?://[^/]+", url):
+                raise InputError(
+                    f"metrics URL {url!r} is not an http(s) URL",
+                    hint="e.g. --metrics-url http://127.0.0.1:8000/metrics, or auto / off",
+                )
         if self.transport not in TRANSPORTS:
             raise InputError(f"transport {self.transport!r} unknown; choose one of: {TRANSPORTS}")
         return replace(self, engine_params=normalise_engine_params(dict(self.engine_params)))

@@ -44,6 +44,7 @@ from collectors.loadgen.workloads import (
     load_dataset,
     parse_workload,
 )
+from collectors.watch import LiveCollection, resolve_metrics_url
 from errors import CollectorError, EndpointError, InputError
 from store import catalog, ingest
 from store.db import Store
@@ -75,6 +76,7 @@ class Prepared:
     dataset: tuple[DatasetItem, ...] | None
     endpoint_public: str
     api_key: str | None
+    metrics_urls: tuple[str, ...] = ()
 
 
 def public_endpoint(endpoint: str) -> str:
@@ -222,6 +224,7 @@ def prepare(
             await ep.aclose()
 
     model, owned_by, cal = asyncio.run(go())
+    metrics_urls = _live_metrics_urls(cfg, transport)
     framework = cfg.framework or OWNED_BY_FRAMEWORK.get((owned_by or "").lower(), "unknown")
     return Prepared(
         model=model,
@@ -231,7 +234,20 @@ def prepare(
         dataset=dataset,
         endpoint_public=public_endpoint(cfg.endpoint),
         api_key=api_key,
+        metrics_urls=metrics_urls,
     )
+
+
+def _live_metrics_urls(
+    cfg: BenchConfig, transport: httpx.AsyncBaseTransport | None
+) -> tuple[str, ...]:
+    """The engine /metrics URLs to scrape during each run (``--metrics-url``)."""
+    if cfg.metrics_url in (None, "off") or transport is not None:
+        return ()  # an injected transport means no real server to scrape
+    if cfg.metrics_url == "auto":
+        found = resolve_metrics_url(cfg.endpoint)
+        return (found,) if found else ()
+    return (cfg.metrics_url,)
 
 
 # --- one load level ---------------------------------------------------------------------------
@@ -521,6 +537,13 @@ def run_level(
     collector = RunCollector(run_id, writer)
     live = _Live(collector, view)
     writer.add_run(run)
+    sampling = LiveCollection.start(
+        metrics_urls=prep.metrics_urls,
+        dcgm_urls=cfg.dcgm_urls,
+        gpu=cfg.gpu,
+        interval_s=cfg.collect_interval_s,
+        writer=writer,
+    )
     view.level(run["name"], cfg.requests)
     status = "failed"
     interrupted = False
@@ -537,6 +560,10 @@ def run_level(
             "interrupted" if interrupted or any(s.interrupted for s in summaries) else "completed"
         )
     finally:
+        sources = sampling.stop()
+        for note in sources.notes:
+            view.note(f"[dim]{note}[/dim]")
+        run["client_params"] = {**run["client_params"], "collectors": sources.to_json()}
         live.tick(force=True)
         started = min((s.started_at for s in summaries if s.started_at), default=None)
         if started is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from collectors import demo
@@ -35,6 +36,18 @@ def test_demo_stores_each_level_once_and_is_idempotent(tmp_path: Path) -> None:
     assert reqs["n"].tolist() == [12, 12]  # max(12, 2 × concurrency) each
     assert reqs["ok"].tolist() == [12, 12]
     assert (reqs["max_out"] <= 8).all()
+
+    # the sim's /metrics was scraped during each run, and each run names what it collected
+    sources = [
+        json.loads(p)["collectors"]
+        for p in store.read_df("SELECT client_params FROM runs ORDER BY run_id")["client_params"]
+    ]
+    assert all(len(s["targets"]) == 1 and s["targets"][0].endswith("/metrics") for s in sources)
+    samples = store.read_df(
+        "SELECT metric, count(*) AS n, max(value) AS hi FROM engine_samples GROUP BY metric"
+    ).set_index("metric")
+    assert samples.loc["requests_running", "n"] >= 2
+    assert samples.loc["generation_tokens_total", "hi"] > 0
 
     before = queries_admin.table_counts(store)
     assert demo.plan(store, [ENGINE], [1, 2]) == {}

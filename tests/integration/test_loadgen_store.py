@@ -55,7 +55,10 @@ def test_sweep_into_duckdb_with_two_workers(tmp_path: Path) -> None:
     assert len(reqs) == 24 and set(reqs.status) == {"ok"}
     assert sorted(reqs.seq) == list(range(24))  # worker w sends requests w, w+2, …
     assert set(reqs.output_tokens) == {12} and not reqs.output_tokens_estimated.any()
-    assert (reqs.tpot_ms > 0).all() and (reqs.e2e_ms > reqs.ttft_ms).all()
+    # a response whose chunks all land in one socket read has E2E == TTFT (TPOT 0): what the
+    # client saw, and it happens on a loaded machine; the typical request streams
+    assert (reqs.tpot_ms >= 0).all() and (reqs.e2e_ms >= reqs.ttft_ms).all()
+    assert reqs.tpot_ms.median() > 0
     # prompts synthesised without a tokenizer land near the workload's lengths (~128 tokens)
     assert 70 < reqs.input_tokens.median() < 200
     gaps = store.read_df(

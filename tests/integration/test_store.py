@@ -220,3 +220,20 @@ def test_replace_runs_is_one_transaction(store_url: str) -> None:
     assert queries_admin.table_counts(store)["runs"] == 0  # the good run was rolled back too
     ingest.replace_runs(store, [good, ingest.RunRows({"run_id": "b"}, _requests("b", 7))])
     assert queries_admin.table_counts(store)["requests"] == 12
+
+
+def test_migration_2_upgrades_a_version_1_store(tmp_path: Path) -> None:
+    url = f"duckdb:///{tmp_path / 'old.duckdb'}"
+    old = Store(sa.create_engine(url, poolclass=sa.pool.NullPool))
+    with old.connect() as conn:  # a store as migration 1 left it, before gpu reserved memory
+        migrations.MIGRATIONS[0][2](conn)
+        conn.execute(sa.text("ALTER TABLE gpu_samples DROP COLUMN mem_reserved_bytes"))
+        conn.execute(
+            sa.insert(schema.schema_version).values(version=1, name="initial", applied_at=0.0)
+        )
+    assert migrations.migrate(old) == 2
+    ingest.add_rows(
+        old, "gpu_samples", [{"host": "h", "gpu_index": 0, "ts": 1.0, "mem_reserved_bytes": 5.0}]
+    )
+    assert old.read_df("SELECT mem_reserved_bytes FROM gpu_samples")["mem_reserved_bytes"][0] == 5
+    old.dispose()

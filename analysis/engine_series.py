@@ -1,0 +1,307 @@
+"""Engine and GPU time series, derived at query time (pure: DataFrames in, DataFrames out).
+
+The collectors store what engines expose: gauges, *cumulative* counters and cumulative
+histogram buckets (``<hist>_bucket:<le>``, ``<hist>_sum``, ``<hist>_count``, see
+``collectors.engine_metrics``). Here those become:
+
+- **rates** of counters, with resets handled as Prometheus does: when a counter goes down the
+  engine restarted, and the new value is the increase since the restart;
+- **per-window percentiles** of histograms: bucket increases over the window (last scrape in the
+  window minus the last scrape before it), then Prometheus' ``histogram_quantile`` (linear
+  interpolation inside the bucket, the lower bound of the first bucket taken as 0);
+- **staleness**: a source with no sample for ``STALE_INTERVALS`` scrape intervals is stale.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+#: A source whose last sample is older than this many intervals is marked stale.
+STALE_INTERVALS = 3
+
+
+# --- counters -----------------------------------------------------------------------------
+
+
+def counter_increase(values: Sequence[float] | np.ndarray) -> float:
+    """Total increase of a cumulative counter over consecutive samples, across resets."""
+    arr = np.asarray(values, dtype="float64")
+    arr = arr[~np.isnan(arr)]
+    if arr.size < 2:
+        return 0.0
+    diff = np.diff(arr)
+    # a drop means the counter restarted from 0: the increase is the new value itself
+    diff = np.where(diff < 0, arr[1:], diff)
+    return float(diff.sum())
+
+
+def counter_rate(df: pd.DataFrame, *, ts: str = "ts", value: str = "value") -> pd.DataFrame:
+    """Per-second rate between consecutive samples (resets handled): columns ts, rate.
+
+    ``df`` holds one counter of one source; the first sample has no rate and is dropped.
+    """
+    if df.empty:
+        return pd.DataFrame({"ts": pd.Series(dtype="float64"), "rate": pd.Series(dtype="float64")})
+    d = df[[ts, value]].dropna().sort_values(ts)
+    t = d[ts].to_numpy(dtype="float64")
+    v = d[value].to_numpy(dtype="float64")
+    if t.size < 2:
+        return pd.DataFrame({"ts": pd.Series(dtype="float64"), "rate": pd.Series(dtype="float64")})
+    dv = np.diff(v)
+    dv = np.where(dv < 0, v[1:], dv)
+    dt = np.diff(t)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rate = np.where(dt > 0, dv / dt, np.nan)
+    return pd.DataFrame({"ts": t[1:], "rate": rate}).dropna().reset_index(drop=True)
+
+
+def rate_over(
+    df: pd.DataFrame, *, since: float, ts: str = "ts", value: str = "value"
+) -> float | None:
+    """Average per-second rate of one counter from ``since`` to its last sample (resets handled).
+
+    The sample just before ``since`` is the baseline when there is one. None with < 2 samples.
+    """
+    if df.empty:
+        return None
+    d = df[[ts, value]].dropna().sort_values(ts)
+    before = d[d[ts] < since]
+    inside = d[d[ts] >= since]
+    if not before.empty:
+        inside = pd.concat([before.tail(1), inside])
+    if len(inside) < 2:
+        return None
+    span = float(inside[ts].iloc[-1] - inside[ts].iloc[0])
+    if span <= 0:
+        return None
+    return counter_increase(inside[value].to_numpy()) / span
+
+
+# --- histograms ---------------------------------------------------------------------------
+
+
+def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:
+    """Prometheus' ``histogram_quantile``: ``buckets`` = (upper bound, cumulative count).
+
+    Linear interpolation within the bucket holding the rank; the first bucket's lower bound is
+    0 (or its bound when negative); a rank in the ``+Inf`` bucket answers the largest finite
+    bound. None when the histogram is empty.
+    """
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"quantile must be within 0..1, got {q!r}")
+    pts = sorted((float(le), float(c)) for le, c in buckets)
+    if not pts or not math.isinf(pts[-1][0]):
+        return None
+    # cumulative counts must not decrease (rounding in exporters): make them monotone
+    bounds = [le for le, _ in pts]
+    counts = list(np.maximum.accumulate([c for _, c in pts]))
+    total = counts[-1]
+    if total <= 0:
+        return None
+    rank = q * total
+    i = next(k for k, c in enumerate(counts) if c >= rank)
+    if math.isinf(bounds[i]):
+        return bounds[-2] if len(bounds) > 1 else None
+    lower = 0.0 if i == 0 else bounds[i - 1]
+    if i == 0 and bounds[0] <= 0:
+        return bounds[0]
+    prev = 0.0 if i == 0 else counts[i - 1]
+    in_bucket = counts[i] - prev
+    if in_bucket <= 0:
+        return bounds[i]
+    return lower + (bounds[i] - lower) * (rank - prev) / in_bucket
+
+
+def _parse_bucket(metric: str, hist: str) -> float | None:
+    prefix = f"{hist}_bucket:"
+    if not metric.startswith(prefix):
+        return None
+    text = metric[len(prefix) :]
+    return math.inf if text == "+Inf" else float(text)
+
+
+@dataclass(frozen=True)
+class WindowStats:
+    window_start: float
+    window_end: float
+    count: float
+    mean: float | None
+    quantiles: dict[float, float | None]
+
+
+def histogram_windows(
+    rows: pd.DataFrame,
+    hist: str,
+    *,
+    window_s: float,
+    quantiles: Sequence[float] = (0.5, 0.9, 0.99),
+    start: float | None = None,
+    end: float | None = None,
+) -> pd.DataFrame:
+    """Per-window count, mean and percentiles of one source's histogram ``hist``.
+
+    ``rows``: columns ts, metric, value — the stored ``<hist>_bucket:<le>``, ``_sum``,
+    ``_count`` series of ONE source. Windows (w0, w0 + window_s] tile the range from ``start``
+    (default: the first scrape); a window's increase is its last scrape minus the last scrape at
+    or before w0 (so the first scrape is the first window's baseline), as Prometheus'
+    ``increase``. A counter reset inside a window (count went down) counts from zero.
+    Scrapes without bucket rows (the count did not move) carry the previous buckets forward.
+    Returns columns window_start, window_end, count, mean, and ``p50``/``p90``/… (seconds);
+    windows with no requests have count 0 and NaN statistics.
+    """
+    qcols = [f"p{_qname(q)}" for q in quantiles]
+    columns = ["window_start", "window_end", "count", "mean", *qcols]
+    if rows.empty or window_s <= 0:
+        return pd.DataFrame({c: pd.Series(dtype="float64") for c in columns})
+    mine = rows[rows["metric"].str.startswith(hist + "_")]
+    if mine.empty:
+        return pd.DataFrame({c: pd.Series(dtype="float64") for c in columns})
+    wide = mine.pivot_table(index="ts", columns="metric", values="value", aggfunc="last")
+    # buckets are stored only when the count moved: carry the last full scrape forward
+    wide = wide.sort_index().ffill()
+    bucket_cols: dict[str, float] = {}
+    for c in wide.columns:
+        le = _parse_bucket(str(c), hist)
+        if le is not None:
+            bucket_cols[str(c)] = le
+    count_col, sum_col = f"{hist}_count", f"{hist}_sum"
+    ts = wide.index.to_numpy(dtype="float64")
+    lo = float(ts[0]) if start is None else start
+    hi = float(ts[-1]) + 1e-9 if end is None else end
+    out: list[dict[str, float | None]] = []
+    edges = np.arange(lo, hi, window_s)
+    for w0 in edges:
+        w1 = w0 + window_s
+        base_idx = np.searchsorted(ts, w0, side="right") - 1  # last scrape at or before w0
+        last_idx = np.searchsorted(ts, w1, side="right") - 1  # last scrape at or before w1
+        rec: dict[str, float | None] = {"window_start": float(w0), "window_end": float(w1)}
+        if last_idx < 0 or last_idx <= base_idx or base_idx < 0:
+            rec.update({"count": 0.0, "mean": math.nan, **dict.fromkeys(qcols, math.nan)})
+            out.append(rec)
+            continue
+        now_row = wide.iloc[last_idx]
+        base_row = wide.iloc[base_idx]
+        has_count = count_col in wide.columns
+        reset = bool(now_row[count_col] < base_row[count_col]) if has_count else False
+
+        count = _delta(now_row, base_row, count_col, reset) if has_count else math.nan
+        total = _delta(now_row, base_row, sum_col, reset) if sum_col in wide.columns else math.nan
+        buckets = [(le, _delta(now_row, base_row, c, reset)) for c, le in bucket_cols.items()]
+        buckets = [(le, c) for le, c in buckets if not math.isnan(c)]
+        if math.isnan(count) and buckets:
+            count = max(c for _, c in buckets)
+        rec["count"] = count
+        rec["mean"] = total / count if count and count > 0 and not math.isnan(total) else math.nan
+        for q, col in zip(quantiles, qcols, strict=True):
+            value = histogram_quantile(q, buckets) if buckets and count > 0 else None
+            rec[col] = math.nan if value is None else value
+        out.append(rec)
+    return pd.DataFrame.from_records(out, columns=columns)
+
+
+def _delta(now_row: pd.Series, base_row: pd.Series, col: str, reset: bool) -> float:
+    a = float(now_row[col])
+    b = 0.0 if reset else float(base_row[col])
+    if math.isnan(a):
+        return math.nan
+    return a - (0.0 if math.isnan(b) else b)
+
+
+def _qname(q: float) -> str:
+    text = f"{q * 100:g}"
+    return text.replace(".", "_")
+
+
+# --- staleness and the live summary -----------------------------------------------------------
+
+
+def is_stale(last_ts: float | None, now: float, interval_s: float) -> bool:
+    """True when a source has no sample within ``STALE_INTERVALS`` × its interval."""
+    if last_ts is None or (isinstance(last_ts, float) and math.isnan(last_ts)):
+        return True
+    return now - last_ts > STALE_INTERVALS * interval_s
+
+
+def estimate_interval(ts: Sequence[float] | np.ndarray, default: float = 1.0) -> float:
+    """The scrape interval of a source: the median gap between its last samples."""
+    arr = np.unique(np.asarray(ts, dtype="float64"))
+    if arr.size < 2:
+        return default
+    gaps = np.diff(arr[-50:])
+    gaps = gaps[gaps > 0]
+    return float(np.median(gaps)) if gaps.size else default
+
+
+#: Counters turned into per-second rates on the live panels.
+RATE_METRICS: dict[str, str] = {
+    "generation_tokens_total": "generation_tps",
+    "prompt_tokens_total": "prompt_tps",
+    "preemptions_total": "preemptions_per_s",
+    "requests_finished_total": "requests_per_s",
+}
+GAUGE_METRICS = ("requests_running", "requests_waiting", "kv_cache_usage")
+
+
+def target_summary(
+    series: pd.DataFrame, *, now: float, rate_window_s: float = 60.0
+) -> pd.DataFrame:
+    """One row per target: latest gauges, counter rates over the last ``rate_window_s``,
+    last sample time, interval and staleness.
+
+    ``series``: columns target, engine, ts, metric, value (normalised metrics of the targets).
+    """
+    columns = [
+        "target",
+        "engine",
+        "last_ts",
+        "interval_s",
+        "stale",
+        *GAUGE_METRICS,
+        *RATE_METRICS.values(),
+    ]
+    if series.empty:
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in columns})
+    out = []
+    for target, df in series.groupby("target", sort=True):
+        ts = df["ts"].to_numpy(dtype="float64")
+        last_ts = float(ts.max())
+        interval = estimate_interval(ts)
+        rec: dict[str, object] = {
+            "target": target,
+            "engine": df["engine"].dropna().iloc[-1] if df["engine"].notna().any() else None,
+            "last_ts": last_ts,
+            "interval_s": interval,
+            "stale": is_stale(last_ts, now, interval),
+        }
+        for metric in GAUGE_METRICS:
+            m = df[df["metric"] == metric].sort_values("ts")
+            rec[metric] = float(m["value"].iloc[-1]) if not m.empty else math.nan
+        for metric, name in RATE_METRICS.items():
+            m = df[df["metric"] == metric]
+            r = rate_over(m, since=last_ts - rate_window_s) if not m.empty else None
+            rec[name] = math.nan if r is None else r
+        out.append(rec)
+    return pd.DataFrame.from_records(out, columns=columns)
+
+
+def rate_series(series: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """Per-target rate series of one counter: columns target, ts, rate."""
+    parts = []
+    for target, df in series[series["metric"] == metric].groupby("target", sort=True):
+        r = counter_rate(df)
+        r.insert(0, "target", target)
+        parts.append(r)
+    if not parts:
+        return pd.DataFrame(
+            {
+                "target": pd.Series(dtype="object"),
+                "ts": pd.Series(dtype="float64"),
+                "rate": pd.Series(dtype="float64"),
+            }
+        )
+    return pd.concat(parts, ignore_index=True)

@@ -1,0 +1,170 @@
+"""``servescope watch``: collect engine /metrics, DCGM, NVML and Prometheus series live.
+
+cli.py calls :func:`register` with its subparsers. The command runs until ``--duration`` or
+Ctrl-C (which flushes what is buffered and exits 0), printing a one-line live status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from collections.abc import Sequence
+from typing import TextIO
+
+from collectors import watch as watch_mod
+from errors import InputError, ServeScopeError
+
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def parse_duration(text: str) -> float:
+    """``250ms``, ``1s``, ``0.5``, ``10m``, ``1h`` → seconds."""
+    m = _DURATION_RE.match(text)
+    if m is None:
+        raise argparse.ArgumentTypeError(
+            f"cannot read the duration {text!r}: write e.g. 250ms, 1s, 10m or 1h"
+        )
+    return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "watch",
+        help="collect engine /metrics, GPU (NVML/DCGM) and Prometheus series live into the store",
+        description="Scrape engines' /metrics, DCGM exporters, this host's GPUs (NVML) and/or a "
+        "Prometheus server on an interval and store the samples. Runs until --duration or "
+        "Ctrl-C (which flushes and exits 0).",
+    )
+    p.add_argument(
+        "--metrics",
+        nargs="+",
+        default=[],
+        metavar="URL",
+        help="engine /metrics URLs (host:port works: /metrics is added)",
+    )
+    p.add_argument(
+        "--dcgm", nargs="+", default=[], metavar="URL", help="DCGM exporter URLs (:9400/metrics)"
+    )
+    p.add_argument("--gpu", action="store_true", help="sample this host's GPUs through NVML")
+    p.add_argument("--prometheus", metavar="URL", help="a Prometheus server to read series from")
+    p.add_argument(
+        "--match",
+        metavar="LABELS",
+        help='label matchers for --prometheus, e.g. \'job="vllm",namespace="prod"\'',
+    )
+    p.add_argument(
+        "--interval",
+        type=parse_duration,
+        default=1.0,
+        help="scrape interval (default 1s; at least 250ms)",
+    )
+    p.add_argument(
+        "--duration", type=parse_duration, default=None, help="stop after this long (e.g. 10m)"
+    )
+    p.add_argument(
+        "--raw",
+        choices=watch_mod.RAW_MODES,
+        default="engine",
+        help="raw series kept: the engine's (and DCGM's) families (default), all, or none",
+    )
+    p.add_argument("--db", help="store URL (default: $SERVESCOPE_DB or the DuckDB file)")
+    p.set_defaults(func=run)
+
+
+class _StatusPrinter:
+    """Rewrites one status line on a terminal; elsewhere prints a line every ``every_s``."""
+
+    def __init__(self, stream: TextIO, every_s: float = 10.0) -> None:
+        self.stream = stream
+        self.tty = bool(getattr(stream, "isatty", lambda: False)())
+        self.every_s = every_s
+        self._last = 0.0
+        self._width = 0
+
+    def __call__(self, watcher: watch_mod.Watcher) -> None:
+        line = watcher.status_line()
+        if self.tty:
+            pad = max(0, self._width - len(line))
+            self.stream.write("\r" + line + " " * pad)
+            self._width = len(line)
+            self.stream.flush()
+        elif time.monotonic() - self._last >= self.every_s:
+            self._last = time.monotonic()
+            print(line, file=self.stream, flush=True)
+
+    def end(self) -> None:
+        if self.tty and self._width:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def run(args: argparse.Namespace) -> int:
+    from store.db import Store
+    from store.ingest import BufferedWriter
+
+    if args.match and not args.prometheus:
+        raise InputError("--match needs --prometheus URL")
+    if not (args.metrics or args.dcgm or args.gpu or args.prometheus):
+        raise InputError(
+            "nothing to watch",
+            hint="give --metrics URL..., --dcgm URL..., --gpu or --prometheus URL",
+        )
+    spec = watch_mod.SourceSpec(
+        metrics_urls=args.metrics,
+        dcgm_urls=args.dcgm,
+        gpu=bool(args.gpu),
+        prometheus_url=args.prometheus,
+        match=args.match,
+        raw=args.raw,
+    )
+    store = Store.open(args.db)
+    out = sys.stderr
+    printer = _StatusPrinter(out)
+    print(f"servescope watch → {store.url}  (Ctrl-C stops)", file=out, flush=True)
+    writer = BufferedWriter(store, background=True)
+    watcher: watch_mod.Watcher | None = None
+    try:
+        watcher = watch_mod.watch(
+            writer,
+            spec,
+            interval_s=args.interval,
+            duration_s=args.duration,
+            on_status=printer,
+            on_notes=lambda note: print(note, file=out, flush=True),
+        )
+    finally:
+        writer.close()
+        printer.end()
+        store.dispose()
+    added = sum(watcher.rows_added.values())
+    errors = sum(s.errors for s in watcher.states)
+    print(
+        f"stored {writer.rows_written:,} of {added:,} rows"
+        + (f" ({writer.batches_spooled} batch(es) spooled)" if writer.batches_spooled else "")
+        + (f"; {errors} failed scrape(s)" if errors else ""),
+        file=out,
+        flush=True,
+    )
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m collectors.watch_command [flags]``: the same as ``servescope watch [flags]``."""
+    parser = argparse.ArgumentParser(prog="python -m collectors.watch_command")
+    sub = parser.add_subparsers(dest="command")
+    register(sub)
+    args = parser.parse_args(["watch", *(argv if argv is not None else sys.argv[1:])])
+    try:
+        return run(args)
+    except ServeScopeError as exc:
+        print(f"servescope: error: {exc.message}", file=sys.stderr)
+        if exc.hint:
+            print(f"  hint: {exc.hint}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
