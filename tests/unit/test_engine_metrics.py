@@ -301,6 +301,7 @@ def test_dcgm_capture_to_gpu_rows() -> None:
         "source": "dcgm",
         "mem_used_bytes": 0.0,  # DCGM_FI_DEV_FB_USED 0
         "mem_total_bytes": (0 + 22563 + 470) * MIB,  # used + free 22563 + reserved 470
+        "mem_reserved_bytes": 470 * MIB,  # DCGM_FI_DEV_FB_RESERVED 470 (MiB)
         "util_gpu": 0.0,
         "util_mem": 0.0,
         "power_w": 16.365,

@@ -1,0 +1,192 @@
+"""Shared fixtures: PostgreSQL (a private cluster or SERVESCOPE_TEST_PG_URL), store URLs for both
+dialects, free loopback ports.
+
+- ``pg_url`` (session): ``$SERVESCOPE_TEST_PG_URL`` when set, else a private PostgreSQL cluster
+  started by ``tools/pg_cluster.py`` in a temp dir on a free port (stopped and deleted at the end
+  of the session), else the test is skipped with the reason. Tests using it are marked
+  ``postgres`` automatically.
+- ``store_url``: parametrised over ``duckdb`` (a fresh file under ``tmp_path``) and
+  ``postgresql`` (a fresh database per test, ``CREATE DATABASE`` with a unique name).
+- With ``SERVESCOPE_TEST_STRICT=1`` (set by ``tools/test_all.sh``, i.e. ``make test-all`` and CI)
+  a missing PostgreSQL, chromium or llama-server fails the test instead of skipping it, so the
+  full suite cannot pass by skipping.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import socket
+import sys
+import uuid
+import weakref
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any, NoReturn
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import make_url
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+PG_URL_ENV = "SERVESCOPE_TEST_PG_URL"
+STRICT_ENV = "SERVESCOPE_TEST_STRICT"
+
+
+def load_tool(name: str) -> ModuleType:
+    """Import ``tools/<name>.py`` (tools/ is scripts, not an installed package)."""
+    module_name = f"servescope_tools_{name}"
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    spec = importlib.util.spec_from_file_location(module_name, REPO_ROOT / "tools" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def unavailable(reason: str) -> NoReturn:
+    """Skip (the default) or, under SERVESCOPE_TEST_STRICT=1, fail: infrastructure is missing."""
+    if os.environ.get(STRICT_ENV) == "1":
+        pytest.fail(f"{reason} ({STRICT_ENV}=1: make test-all must provision it)", pytrace=False)
+    pytest.skip(reason)
+
+
+def free_tcp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+def free_port() -> Callable[[], int]:
+    """Call to get a currently free loopback TCP port."""
+    return free_tcp_port
+
+
+@pytest.fixture(name="load_tool")
+def _load_tool_fixture() -> Callable[[str], ModuleType]:
+    """Call with a name to import ``tools/<name>.py``."""
+    return load_tool
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "pg_url" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.postgres)
+
+
+# -- PostgreSQL ----------------------------------------------------------------------------------
+
+
+class _PgServer:
+    """The session's PostgreSQL server: an external URL or a private cluster."""
+
+    def __init__(self) -> None:
+        self.url: str | None = None
+        self.error: str | None = None
+        self.cluster: Any = None  # tools/pg_cluster.PgCluster when we started one
+        self.created: list[str] = []
+
+    def libpq(self, database: str) -> str:
+        assert self.url is not None
+        return (
+            make_url(self.url)
+            .set(drivername="postgresql", database=database)
+            .render_as_string(hide_password=False)
+        )
+
+    def create_database(self, name: str) -> str:
+        assert self.url is not None
+        pg_cluster = load_tool("pg_cluster")
+        pg_cluster.create_database(self.libpq(make_url(self.url).database or "postgres"), name)
+        self.created.append(name)
+        return make_url(self.url).set(database=name).render_as_string(hide_password=False)
+
+    def close(self) -> None:
+        if self.cluster is not None:
+            self.cluster.stop()  # the data dir goes with it
+            return
+        if self.url is None or not self.created:
+            return
+        import psycopg
+
+        # An external server: drop the databases this session created (names are ours: t_<hex>).
+        with psycopg.connect(self.libpq("postgres"), autocommit=True) as conn:
+            for name in self.created:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def _pg_server() -> Iterator[_PgServer]:
+    server = _PgServer()
+    external = os.environ.get(PG_URL_ENV)
+    if external:
+        server.url = external
+    else:
+        pg_cluster = load_tool("pg_cluster")
+        if not pg_cluster.available():
+            server.error = (
+                f"PostgreSQL not available: set {PG_URL_ENV}="
+                "postgresql+psycopg://user@host:port/db or install the server "
+                "(initdb, pg_ctl; PostgreSQL 15)"
+            )
+        else:
+            try:
+                server.cluster = pg_cluster.PgCluster.start()
+                server.url = server.cluster.url()
+            except pg_cluster.PgClusterError as exc:
+                server.error = f"could not start a private PostgreSQL cluster: {exc}"
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture(scope="session")
+def pg_url(_pg_server: _PgServer) -> str:
+    """SQLAlchemy URL (postgresql+psycopg://user@127.0.0.1:PORT/db) of a live PostgreSQL."""
+    if _pg_server.url is None:
+        unavailable(_pg_server.error or "PostgreSQL not available")
+    return _pg_server.url
+
+
+@contextlib.contextmanager
+def _dispose_engines_on_exit() -> Iterator[None]:
+    """Dispose every SQLAlchemy engine that connected inside the block, as a process exit would.
+
+    Closes the connections resting in their pools (psycopg warns, ResourceWarning, when a
+    connection is garbage-collected open, and warnings are errors); a connection still checked
+    out — a real leak — is not touched and still warns.
+    """
+    engines: weakref.WeakSet[sa.Engine] = weakref.WeakSet()
+
+    def record(conn: sa.Connection) -> None:
+        engines.add(conn.engine)
+
+    sa.event.listen(sa.Engine, "engine_connect", record)
+    try:
+        yield
+    finally:
+        sa.event.remove(sa.Engine, "engine_connect", record)
+        for engine in list(engines):
+            engine.dispose()
+
+
+@pytest.fixture(params=["duckdb", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty store URL: a DuckDB file, or a new PostgreSQL database for this test.
+
+    Engines the test opened are disposed after it (pooled connections closed)."""
+    if request.param == "duckdb":
+        url = f"duckdb:///{tmp_path / 'store.duckdb'}"
+    else:
+        request.getfixturevalue("pg_url")  # skips (or fails, strict) when there is no server
+        server: _PgServer = request.getfixturevalue("_pg_server")
+        url = server.create_database(f"t_{uuid.uuid4().hex[:16]}")
+    with _dispose_engines_on_exit():
+        yield url
