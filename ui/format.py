@@ -161,6 +161,14 @@ def runs_table(latest: pd.DataFrame) -> pd.DataFrame:
                 )
             ],
             "requests": latest["requests"].astype("int64"),
+            "per-request data": [
+                "aggregates only" if flag else ""
+                for flag in (
+                    latest["aggregates_only"]
+                    if "aggregates_only" in latest
+                    else [False] * len(latest)
+                )
+            ],
             "errors": latest["errors"].astype("int64"),
             "output tok/s": _rounded(latest["output_throughput"]),
             "req/s": _rounded(latest["request_throughput"], 2),
@@ -244,8 +252,8 @@ def summary_figures(detail: Mapping[str, Any]) -> list[tuple[str, str, str]]:
             "successful requests / duration",
         ),
         (
-            "Interactivity",
-            fmt_number(interactivity, 1, "tok/s/user"),
+            "Interactivity per user",
+            fmt_number(interactivity, 1, "tok/s"),
             "1000 / median TPOT: the streaming speed one user sees",
         ),
     ]

@@ -141,7 +141,7 @@ def test_summary_figures_and_marks() -> None:
     assert figures["Requests"] == "150 ok / 200"
     assert figures["Errors"] == "50 (25.0%)"
     assert figures["Per GPU"] == "—"
-    assert figures["Interactivity"] == "50.0 tok/s/user"
+    assert figures["Interactivity per user"] == "50.0 tok/s"
     assert fmt.percentile_marks({"ttft_p50_ms": 1.0, "ttft_p99_ms": float("nan")}, "ttft_ms") == {
         "P50": 1.0,
         "P99": None,
