@@ -30,6 +30,19 @@ def request_tpot_ms(
     return (e2e_ms - ttft_ms) / (output_tokens - 1)
 
 
+def requests_tpot_ms(
+    e2e_ms: np.ndarray, ttft_ms: np.ndarray, output_tokens: np.ndarray
+) -> np.ndarray:
+    """``request_tpot_ms`` over arrays (NaN for "not given"): NaN where it is undefined."""
+    e2e = np.asarray(e2e_ms, dtype="float64")
+    ttft = np.asarray(ttft_ms, dtype="float64")
+    out = np.asarray(output_tokens, dtype="float64")
+    ok = (out >= 2) & ~np.isnan(e2e) & ~np.isnan(ttft)
+    tpot = np.full(e2e.shape, np.nan)
+    np.divide(e2e - ttft, out - 1.0, out=tpot, where=ok)
+    return tpot
+
+
 def _clean(values: Iterable[float | None] | pd.Series) -> np.ndarray:
     series = values if isinstance(values, pd.Series) else pd.Series(list(values), dtype="object")
     arr = pd.to_numeric(series).astype("float64").to_numpy()

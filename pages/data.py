@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import streamlit as st
 
 from errors import ServeScopeError
@@ -85,7 +87,7 @@ try:
         col.download_button(
             f"Requests as {fmt.upper()}",
             key=f"data_dl_{fmt}",
-            data=lambda fmt=fmt: data_view.requests_download(run["run_id"], fmt),
+            data=partial(data_view.requests_download, str(run["run_id"]), fmt),
             file_name=f"{run['run_id']}.{fmt}",
         )
     sure = d3.checkbox("Yes, delete this run and its requests", key="data_confirm")

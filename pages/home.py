@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from errors import ServeScopeError
-from ui import cache, charts, state
+from ui import cache, charts, crosscheck_view, state
 from ui import format as fmt
 from ui.errors import show_error
 
@@ -67,6 +67,10 @@ if fmt.client_bound_label(row.get("client_bound"), None):
         "Client-bound: " + fmt.md_escape(row.get("client_bound_reason") or "no reason recorded"),
         icon=":material/warning:",
     )
+source, summary = crosscheck_view.tool_summary(run_id)
+if crosscheck_view.is_aggregates_only(row, summary):
+    crosscheck_view.show_aggregates_only(source, summary)
+    st.stop()
 for col, (label, value, help_text) in zip(
     st.columns(4) + st.columns(4), fmt.summary_figures(row), strict=False
 ):
@@ -75,6 +79,7 @@ for col, (label, value, help_text) in zip(
 itl = cache.run_itl_summary(run_id)
 itl_row = fmt.first_row(itl)
 st.dataframe(fmt.latency_table(row, itl_row), hide_index=True, key="latency_table")
+crosscheck_view.show_crosscheck(source, summary, row, itl_row)
 
 for tab, (metric, label) in zip(
     st.tabs(["TTFT", "TPOT", "ITL", "E2E"]),

@@ -75,6 +75,12 @@ def _run_itl_summary(url: str, run_id: str) -> pd.DataFrame:
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
+def _run_tool_summary(url: str, run_id: str) -> pd.DataFrame:
+    with _store(url) as store:
+        return queries.run_tool_summary(store, run_id)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
 def _run_metric_sample(url: str, run_id: str, metric: str, limit: int) -> pd.DataFrame:
     with _store(url) as store:
         return queries.run_metric_sample(store, run_id, metric, limit)
@@ -104,6 +110,11 @@ def run_detail(run_id: str) -> pd.DataFrame:
 def run_itl_summary(run_id: str) -> pd.DataFrame:
     """Pooled ITL percentiles of one run."""
     return _run_itl_summary(store_url(), run_id)
+
+
+def run_tool_summary(run_id: str) -> pd.DataFrame:
+    """An imported run's source and own aggregates (``tool_summary``, decoded)."""
+    return _run_tool_summary(store_url(), run_id)
 
 
 def run_metric_sample(run_id: str, metric: str, limit: int = SAMPLE_LIMIT) -> pd.DataFrame:

@@ -8,7 +8,7 @@ so the next read sees it.
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol
 
@@ -54,7 +54,7 @@ def import_uploads(
     gpu_name: str = "",
     gpu_count: int = 0,
     tags: str = "",
-    progress: Callable[[int, int, str], None] | None = None,
+    progress: Callable[[int, int, str], object] | None = None,
 ) -> list[FileReport]:
     """Import uploaded files (one unit each, pairs paired) and return the reports."""
     options = ImportOptions(
@@ -129,7 +129,7 @@ def runs_table(
     return out[cols]
 
 
-def run_label(row: dict[str, Any]) -> str:
+def run_label(row: Mapping[Any, Any]) -> str:
     return f"{row['name']}  ({row['run_id']})"
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.metrics import request_tpot_ms
+from analysis.metrics import requests_tpot_ms
 
 from .model import ImportOptions, Source
 
@@ -72,6 +72,16 @@ def base_run(
 def _column(values: Sequence[Any] | np.ndarray | None, n: int, dtype: str) -> Any:
     if values is None:
         return pd.Series([None] * n, dtype=dtype).array
+    if isinstance(values, np.ndarray) and values.dtype.kind in "fiu":
+        # already numeric (NaN = not given): no Python loop per value
+        if dtype == "float64":
+            return values.astype("float64", copy=False)
+        if dtype == "Int64":
+            as_float = values.astype("float64", copy=False)
+            missing = np.isnan(as_float)
+            return pd.arrays.IntegerArray(
+                np.round(np.where(missing, 0.0, as_float)).astype("int64"), missing
+            )
     if dtype == "Int64":
         arr = pd.array(
             [None if v is None or (isinstance(v, float) and v != v) else round(v) for v in values],
@@ -89,9 +99,9 @@ def requests_frame(
     *,
     ttft_ms: Sequence[float | None] | np.ndarray,
     e2e_ms: Sequence[float | None] | np.ndarray,
-    output_tokens: Sequence[int | float | None] | None,
-    input_tokens: Sequence[int | float | None] | None = None,
-    status: Sequence[str] | None = None,
+    output_tokens: Sequence[int | float | None] | np.ndarray | None,
+    input_tokens: Sequence[int | float | None] | np.ndarray | None = None,
+    status: Sequence[str] | np.ndarray | None = None,
     error: Sequence[str | None] | None = None,
     sent_at: Sequence[float | None] | np.ndarray | None = None,
     scheduled_at: Sequence[float | None] | None = None,
@@ -100,7 +110,7 @@ def requests_frame(
     finish_reason: Sequence[str | None] | None = None,
     conversation_id: Sequence[str | None] | None = None,
     turn: Sequence[int | float | None] | None = None,
-    chunks: Sequence[int | float | None] | None = None,
+    chunks: Sequence[int | float | None] | np.ndarray | None = None,
     output_tokens_estimated: bool | Sequence[bool] = False,
 ) -> pd.DataFrame:
     """The ``requests`` rows of one run, with TPOT recomputed by ``analysis.metrics``.
@@ -111,23 +121,11 @@ def requests_frame(
     ttft = np.asarray(_column(ttft_ms, n, "float64"), dtype="float64")
     e2e = np.asarray(_column(e2e_ms, n, "float64"), dtype="float64")
     out_tok = _column(output_tokens, n, "Int64")
-    out_list = out_tok.tolist()
-    tpot = np.asarray(
-        [
-            np.nan if v is None else v
-            for v in (
-                request_tpot_ms(
-                    None if e != e else float(e),
-                    None if t != t else float(t),
-                    None if o is None or o is pd.NA else int(o),
-                )
-                for e, t, o in zip(e2e.tolist(), ttft.tolist(), out_list, strict=True)
-            )
-        ],
-        dtype="float64",
-    )
+    tpot = requests_tpot_ms(e2e, ttft, out_tok.to_numpy(dtype="float64", na_value=np.nan))
     frame: dict[str, Any] = {
-        "run_id": np.full(n, run_id, dtype=object),
+        "run_id": pd.Categorical.from_codes(
+            np.zeros(n, dtype="int8"), categories=pd.Index([run_id])
+        ),
         "seq": np.arange(n, dtype="int64"),
         "input_tokens": _column(input_tokens, n, "Int64"),
         "output_tokens": out_tok,
@@ -157,21 +155,55 @@ def requests_frame(
         frame["scheduled_at"] = sched
         if sent_at is not None:
             frame["lag_ms"] = (frame["sent_at"] - sched) * 1000.0
-    return pd.DataFrame(frame)
+    return pd.DataFrame(frame, copy=False)
+
+
+def flatten_gaps(gaps: Sequence[Sequence[float]]) -> tuple[np.ndarray, np.ndarray]:
+    """Per-request gap lists as one float64 array of every gap plus each request's count.
+
+    Raises ``TypeError`` / ``ValueError`` when a gap is not a number.
+    """
+    lengths = np.fromiter(map(len, gaps), dtype="int64", count=len(gaps))
+    total = int(lengths.sum())
+    values = np.fromiter(chain.from_iterable(gaps), dtype="float64", count=total)
+    return values, lengths
+
+
+def gap_sums(values: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The sum of each request's gaps (0 for none), from ``flatten_gaps``'s arrays."""
+    ends = np.cumsum(lengths)
+    cumulative = np.concatenate(([0.0], np.cumsum(values)))
+    return np.diff(np.concatenate(([0.0], cumulative[ends])))
 
 
 def gaps_frame(
     run_id: str, gaps: Sequence[Sequence[float]], *, scale_to_ms: float
 ) -> pd.DataFrame | None:
     """``token_gaps`` rows from per-request gap lists (``scale_to_ms`` converts their unit)."""
-    lengths = np.fromiter((len(g) for g in gaps), dtype="int64", count=len(gaps))
-    total = int(lengths.sum())
+    return gaps_frame_from_arrays(run_id, *flatten_gaps(gaps), scale_to_ms=scale_to_ms)
+
+
+def gaps_frame_from_arrays(
+    run_id: str, values: np.ndarray, lengths: np.ndarray, *, scale_to_ms: float
+) -> pd.DataFrame | None:
+    """``token_gaps`` rows from every gap (request order) and each request's gap count.
+
+    Vectorised (no Python loop per gap) with compact dtypes: ``seq``/``idx`` int32 (the
+    columns' SQL type), ``run_id`` one category; the frame is not consolidated (no copy).
+    """
+    total = int(values.size)
     if total == 0:
         return None
-    values = np.fromiter(chain.from_iterable(gaps), dtype="float64", count=total)
-    seq = np.repeat(np.arange(len(gaps), dtype="int64"), lengths)
-    starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
-    idx = np.arange(total, dtype="int64") - starts
+    n = int(lengths.size)
+    seq = np.repeat(np.arange(n, dtype="int32"), lengths)
+    # idx restarts at 0 for each request: a running count of ones, with each request's first
+    # gap stepping back by the length of the request before it (a cumsum, not a repeat)
+    nonempty = lengths[lengths > 0]
+    starts = np.cumsum(nonempty)[:-1]
+    step = np.ones(total, dtype="int32")
+    step[0] = 0
+    step[starts] = 1 - nonempty[:-1]
+    idx = np.cumsum(step, dtype="int32")
     return pd.DataFrame(
         {
             # one category, not millions of string objects: much faster to build and to scan
@@ -180,8 +212,9 @@ def gaps_frame(
             ),
             "seq": seq,
             "idx": idx,
-            "gap_ms": values * scale_to_ms,
-        }
+            "gap_ms": values * scale_to_ms if scale_to_ms != 1.0 else values,
+        },
+        copy=False,
     )
 
 

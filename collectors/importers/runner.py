@@ -19,14 +19,14 @@ from errors import ImportFormatError, InputError, ServeScopeError
 
 from .base import Clock, Format, default_clock
 from .model import Document, ImportOptions, ParsedFile, Source
-from .parsing import load_document
+from .parsing import gc_paused, load_document
 from .registry import FORMATS, detect, get_format
 
 if TYPE_CHECKING:
     from store.db import Store
 
 CANDIDATE_SUFFIXES = {".json", ".jsonl", ".yaml", ".yml", ".csv"}
-Progress = Callable[[int, int, str], None]
+Progress = Callable[[int, int, str], object]
 
 
 @dataclass
@@ -124,34 +124,34 @@ def _group(items: list[_Detected]) -> list[tuple[list[_Detected], list[str]]]:
 
 
 def _write(store: Store, parsed: ParsedFile, replace: bool, report: FileReport) -> None:
+    """Write one import unit in ONE transaction: its runs (with requests and token gaps) and its
+    sample tables all land, or none of them do (``ingest.replace_runs``)."""
     from store import data_queries, ingest
 
     ids = [r.run_id for r in parsed.runs]
     existing = data_queries.existing_run_ids(store, ids) if ids else set()
-    written: list[str] = []
-    try:
-        for run in parsed.runs:
-            if run.run_id in existing and not replace:
-                report.skipped_runs += 1
-                continue
-            ingest.replace_run(store, run.run, run.requests, run.token_gaps)
-            written.append(run.run_id)
-            report.runs += 1
-            report.requests += run.request_count
-            report.warnings.extend(run.warnings)
-        for table, frame in parsed.samples.items():
-            report.samples += ingest.add_rows(store, table, frame)
-    except ServeScopeError:
-        # leave nothing of this unit behind: remove the runs it added before the failure
-        for run_id in written:
-            if run_id not in existing:
-                ingest.delete_run(store, run_id)
-        report.runs = report.requests = 0
-        raise
+    todo = [run for run in parsed.runs if replace or run.run_id not in existing]
+    skipped = len(parsed.runs) - len(todo)
+    samples = {table: frame for table, frame in parsed.samples.items() if len(frame)}
+    if todo or samples:
+        new_samples = ingest.replace_runs(
+            store,
+            [ingest.RunRows(run.run, run.requests, run.token_gaps) for run in todo],
+            samples=samples,
+        )
+    else:
+        new_samples = 0
+    # only now, once the transaction has committed, does the report count anything
+    report.skipped_runs = skipped
+    report.runs = len(todo)
+    report.requests = sum(run.request_count for run in todo)
+    report.samples = new_samples
+    for run in todo:
+        report.warnings.extend(run.warnings)
     report.run_ids = ids
-    if report.skipped_runs:
+    if skipped:
         report.warnings.append(
-            f"{report.skipped_runs} run(s) already imported (same content): skipped; "
+            f"{skipped} run(s) already imported (same content): skipped; "
             "use --replace to import again"
         )
 
@@ -219,7 +219,10 @@ def import_sources(
 ) -> list[FileReport]:
     """Parse and write ``sources``; one report per unit, in order."""
     reports: list[FileReport] = []
-    parsed_units = parse_sources(sources, options, clock=clock)
+    # no cyclic GC while the decoded documents are alive: they are freed (by reference
+    # counting) when parse_sources returns, so no collection ever walks their lists
+    with gc_paused():
+        parsed_units = parse_sources(sources, options, clock=clock)
     total = len(parsed_units)
     for i, (report, parsed) in enumerate(parsed_units):
         if progress is not None:

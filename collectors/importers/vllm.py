@@ -18,7 +18,14 @@ import numpy as np
 from .base import Clock
 from .model import Document, ImportOptions, ParsedFile, ParsedRun
 from .parsing import Reader, scalars
-from .records import base_run, gaps_frame, requests_frame, summary_entry
+from .records import (
+    base_run,
+    flatten_gaps,
+    gap_sums,
+    gaps_frame_from_arrays,
+    requests_frame,
+    summary_entry,
+)
 
 NAME = "vllm-bench"
 PER_REQUEST_KEYS = (
@@ -182,7 +189,7 @@ def _parse_run(
         run["notes"] = "; ".join(notes)
         return ParsedRun(run=run, warnings=["aggregates only (no per-request data)"])
 
-    ttfts = r.numbers(o["ttfts"], where + "ttfts")
+    ttfts = r.float_array(o["ttfts"], where + "ttfts")
     n = len(ttfts)
     if num_prompts is not None and n != num_prompts:
         notes.append(f"{n} per-request entries for num_prompts={num_prompts}")
@@ -192,61 +199,9 @@ def _parse_run(
             raise r.fail(
                 f"{where}itls[{i}]", f"expected an array of seconds but found {type(gaps).__name__}"
             )
-    itls: list[list[float]] = itls_raw  # element types are checked when the gaps are built
-    out_lens = r.numbers(r.require(o, "output_lens", where), where + "output_lens", n)
-    in_lens = r.numbers(o["input_lens"], where + "input_lens", n) if "input_lens" in o else None
-    errors_raw = r.array(o["errors"], where + "errors", n) if "errors" in o else None
-    latencies = r.numbers(o["latencies"], where + "latencies", n) if "latencies" in o else None
-    starts = r.numbers(o["start_times"], where + "start_times", n) if "start_times" in o else None
-
-    status: list[str] = []
-    errors: list[str | None] = []
-    ttft_ms: list[float | None] = []
-    e2e_ms: list[float | None] = []
-    for i in range(n):
-        err = errors_raw[i] if errors_raw is not None else None
-        err_text = str(err) if err not in (None, "") else None
-        t = ttfts[i]
-        failed = err_text is not None or (errors_raw is None and not t and not itls[i])
-        status.append("error" if failed else "ok")
-        errors.append(err_text if failed else None)
-        if failed:
-            ttft_ms.append(None)
-            e2e_ms.append(None)
-            continue
-        ttft_ms.append(None if t is None else t * 1000.0)
-        lat = latencies[i] if latencies is not None else None
-        if lat is None and t is not None:
-            lat = t + sum(itls[i])
-        e2e_ms.append(None if lat is None else lat * 1000.0)
-    if latencies is None:
-        notes.append("E2E reconstructed as TTFT + sum of inter-token gaps (no 'latencies' array)")
-    sent_at = None
-    valid = [s for s in starts if s is not None] if starts is not None else []
-    if valid and started is not None and abs(min(valid) - started) < EPOCH_WINDOW_S:
-        sent_at = list(starts or [])  # already epoch seconds (e.g. a ServeScope export)
-    elif valid and started is not None:
-        base = min(valid)
-        sent_at = [None if s is None else started + (s - base) for s in starts or []]
-        notes.append(
-            "start_times are perf_counter() values: anchored at date − duration "
-            "(date read as UTC; the file does not say its time zone)"
-        )
-    run_id = run["run_id"]
-    requests = requests_frame(
-        run_id,
-        n,
-        ttft_ms=ttft_ms,
-        e2e_ms=e2e_ms,
-        output_tokens=[None if s == "error" else v for s, v in zip(status, out_lens, strict=True)],
-        input_tokens=in_lens,
-        status=status,
-        error=errors,
-        sent_at=sent_at,
-        chunks=[len(g) + 1 if s == "ok" else None for s, g in zip(status, itls, strict=True)],
-    )
+    itls: list[list[float]] = itls_raw
     try:
-        gaps = gaps_frame(run_id, itls, scale_to_ms=1000.0)
+        gap_values, gap_counts = flatten_gaps(itls)
     except (TypeError, ValueError):
         for i, lst in enumerate(itls):
             for j, g in enumerate(lst):
@@ -255,6 +210,57 @@ def _parse_run(
                         f"{where}itls[{i}][{j}]", f"expected a number (seconds) but found {g!r:.30}"
                     ) from None
         raise
+    out_lens = r.float_array(r.require(o, "output_lens", where), where + "output_lens", n)
+    in_lens = r.float_array(o["input_lens"], where + "input_lens", n) if "input_lens" in o else None
+    errors_raw = r.array(o["errors"], where + "errors", n) if "errors" in o else None
+    latencies = r.float_array(o["latencies"], where + "latencies", n) if "latencies" in o else None
+    starts = (
+        r.float_array(o["start_times"], where + "start_times", n) if "start_times" in o else None
+    )
+
+    # one pass per column, no Python loop per request beyond reading the error texts
+    if errors_raw is not None:
+        errors = [None if e in (None, "") else str(e) for e in errors_raw]
+        failed = np.fromiter((e is not None for e in errors), dtype=bool, count=n)
+    else:
+        errors = [None] * n
+        no_ttft = np.isnan(ttfts) | (ttfts == 0)
+        failed = no_ttft & (gap_counts == 0)
+    status = np.where(failed, "error", "ok").astype(object)
+    ttft_ms = np.where(failed, np.nan, ttfts * 1000.0)
+    if latencies is None:
+        lat = ttfts + gap_sums(gap_values, gap_counts)
+        notes.append("E2E reconstructed as TTFT + sum of inter-token gaps (no 'latencies' array)")
+    elif np.isnan(latencies).any():
+        lat = np.where(np.isnan(latencies), ttfts + gap_sums(gap_values, gap_counts), latencies)
+    else:
+        lat = latencies
+    e2e_ms = np.where(failed, np.nan, lat * 1000.0)
+    sent_at = None
+    valid = starts[~np.isnan(starts)] if starts is not None else np.empty(0)
+    if starts is not None and valid.size and started is not None:
+        if abs(float(valid.min()) - started) < EPOCH_WINDOW_S:
+            sent_at = starts  # already epoch seconds (e.g. a ServeScope export)
+        else:
+            sent_at = started + (starts - float(valid.min()))
+            notes.append(
+                "start_times are perf_counter() values: anchored at date − duration "
+                "(date read as UTC; the file does not say its time zone)"
+            )
+    run_id = run["run_id"]
+    requests = requests_frame(
+        run_id,
+        n,
+        ttft_ms=ttft_ms,
+        e2e_ms=e2e_ms,
+        output_tokens=np.where(failed, np.nan, out_lens),
+        input_tokens=in_lens,
+        status=status,
+        error=errors,
+        sent_at=sent_at,
+        chunks=np.where(failed, np.nan, gap_counts + 1.0),
+    )
+    gaps = gaps_frame_from_arrays(run_id, gap_values, gap_counts, scale_to_ms=1000.0)
     run["tool_summary"] = tool
     run["notes"] = "; ".join(notes) if notes else None
     return ParsedRun(run=run, requests=requests, token_gaps=gaps)

@@ -262,3 +262,37 @@ def test_guidellm_yaml_v05(store: Store) -> None:
     # timings.first_iteration − request_start = 0.1 s; (300 − 100) / (11 − 1) = 20 ms
     assert req["ttft_ms"].iloc[0] == pytest.approx(100, abs=1e-3)
     assert req["tpot_ms"].iloc[0] == pytest.approx(20, abs=1e-3)
+
+
+def test_guidellm_v081_crosscheck_ours_vs_the_tools(store: Store) -> None:
+    """The run detail's cross-check on a real file, through the store's reads.
+
+    GuideLLM's TPOT is latency / output tokens (first token included), so over 256-token
+    requests with TTFT ≈ 50 ms and 10 ms gaps it is ≈ (50 + 255 × 10) / 256 ≈ 10.16 ms against
+    our ≈ 10.0 ms: over 1 %, with that reason. Its ITL is (E2E − TTFT) / (n − 1) per request,
+    our TPOT by definition: within 1 % of it. Its mean TTFT uses the same timestamps as ours.
+    """
+    from analysis import crosscheck
+    from store import queries
+
+    path = SHARED / "guidellm" / "v0.8.1_mock_concurrent16_ttft50_itl10_benchmarks.json"
+    [report] = import_paths(store, [path])
+    run_id = report.run_ids[0]
+    meta = queries.run_tool_summary(store, run_id).iloc[0]
+    assert meta["source"] == "guidellm" and isinstance(meta["tool_summary"], dict)
+    detail = {str(k): v for k, v in queries.run_detail(store, run_id).iloc[0].items()}
+    itl = {str(k): v for k, v in queries.run_itl_summary(store, run_id).iloc[0].items()}
+    df = crosscheck.compare(meta["tool_summary"], crosscheck.our_figures(detail, itl), "guidellm")
+
+    def pick(metric: str, stat: str, ours: str) -> pd.Series:
+        hit = df[(df["metric"] == metric) & (df["stat"] == stat) & (df["ours_metric"] == ours)]
+        assert len(hit) == 1
+        return hit.iloc[0]
+
+    tpot = pick("tpot_ms", "mean", "tpot_ms")
+    assert bool(tpot["differs"]) and "includes the first token" in tpot["reason"]
+    assert -3.0 < tpot["diff_pct"] < -1.0
+    itl_vs_tpot = pick("itl_ms", "mean", "tpot_ms")
+    assert not bool(itl_vs_tpot["differs"])
+    assert itl_vs_tpot["reason"] == "same definition as our TPOT"
+    assert not bool(pick("ttft_ms", "mean", "ttft_ms")["differs"])

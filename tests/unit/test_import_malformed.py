@@ -8,9 +8,12 @@ import io
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
-from collectors.importers import ImportOptions, Source, command, import_paths, parse_sources
+from collectors.importers import ImportOptions, Source, command, import_paths, parse_sources, runner
+from collectors.importers.model import ParsedFile
+from collectors.importers.runner import FileReport
 from store import queries_admin
 from store.db import Store
 
@@ -140,3 +143,72 @@ def test_parse_sources_touches_no_store() -> None:
     src = Source.from_bytes("mem.json", GOOD_VLLM.encode())
     [(report, parsed)] = parse_sources([(src, True)], ImportOptions())
     assert report.error is None and parsed is not None and parsed.runs[0].request_count == 4
+
+
+# --- one transaction per import unit ---------------------------------------------------------
+
+
+UNIT_FILES = ("detailed_small.json", "append_two_runs.jsonl")
+
+
+def _runs_with_bad_samples() -> list[tuple[FileReport, ParsedFile | None]]:
+    """One parsed unit of three runs (one with requests and gaps) whose sample table the store
+    refuses. The sample rows are written last in the transaction, after every run's rows, so a
+    store that kept the work done before a failure would be left holding three runs."""
+    units = parse_sources(
+        [(Source.read(LOCAL / "vllm" / name), True) for name in UNIT_FILES], ImportOptions()
+    )
+    parsed = units[0][1]
+    assert parsed is not None and units[1][1] is not None
+    parsed.runs.extend(units[1][1].runs)
+    assert len(parsed.runs) == 3 and parsed.runs[0].request_count == 4
+    parsed.samples["gpu_samples"] = pd.DataFrame(
+        {"host": ["h"], "gpu_index": [0], "ts": [1.0], "no_such_column": [1]}
+    )
+    return [units[0]]
+
+
+def test_unit_failing_at_write_leaves_the_store_unchanged(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(runner, "parse_sources", lambda *a, **k: _runs_with_bad_samples())
+    before = queries_admin.table_counts(store)
+    [report] = runner.import_sources(store, [], ImportOptions())
+    assert report.error is not None and "not stored" in report.error
+    assert "no_such_column" in report.error and "detailed_small.json" in report.error
+    assert (report.runs, report.requests, report.samples) == (0, 0, 0)
+    assert queries_admin.table_counts(store) == before
+
+
+def test_failing_replace_keeps_the_earlier_copy_whole(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reports = import_paths(store, [LOCAL / "vllm" / name for name in UNIT_FILES])
+    assert [(r.error, r.runs) for r in reports] == [(None, 1), (None, 2)]
+    stored = queries_admin.table_counts(store)
+    units = _runs_with_bad_samples()
+    parsed = units[0][1]
+    assert parsed is not None
+    # the new copy differs from the stored one (2 of its 4 requests, no gaps), so a replacement
+    # committed before the failure would show in the counts
+    first = parsed.runs[0]
+    first.requests = None if first.requests is None else first.requests.iloc[:2]
+    first.token_gaps = None
+    monkeypatch.setattr(runner, "parse_sources", lambda *a, **k: units)
+    [report] = runner.import_sources(store, [], ImportOptions(replace=True))
+    assert report.error is not None
+    assert queries_admin.table_counts(store) == stored
+
+
+def test_reimport_skips_and_replace_rewrites_in_one_go(store: Store) -> None:
+    path = LOCAL / "vllm" / "detailed_small.json"
+    [first] = import_paths(store, [path])
+    assert (first.runs, first.requests) == (1, 4)
+    counts = queries_admin.table_counts(store)
+    assert counts["requests"] == 4 and counts["token_gaps"] > 0
+    [again] = import_paths(store, [path])
+    assert (again.runs, again.skipped_runs, again.requests) == (0, 1, 0)
+    assert any("already imported" in w for w in again.warnings)
+    [replaced] = import_paths(store, [path], ImportOptions(replace=True))
+    assert (replaced.runs, replaced.skipped_runs, replaced.requests) == (1, 0, 4)
+    assert queries_admin.table_counts(store) == counts

@@ -135,3 +135,19 @@ def test_run_summary_of_an_empty_run() -> None:
     assert s.duration_s is None and s.output_throughput is None
     assert s.ttft_ms.n == 0 and s.interactivity_tok_s is None
     assert math.isclose(s.output_tokens, 0)
+
+
+def test_requests_tpot_ms_is_request_tpot_ms_over_arrays() -> None:
+    # (100 − 20) / (5 − 1) = 20; (100 − 20) / (2 − 1) = 80; 1 token, no E2E, no TTFT → undefined
+    e2e = np.array([100.0, 100.0, 100.0, np.nan, 100.0])
+    ttft = np.array([20.0, 20.0, 20.0, 20.0, np.nan])
+    out = np.array([5.0, 2.0, 1.0, 5.0, 5.0])
+    got = metrics.requests_tpot_ms(e2e, ttft, out)
+    assert got[:2].tolist() == [20.0, 80.0]
+    assert np.isnan(got[2:]).all()
+    one_by_one = [
+        metrics.request_tpot_ms(None if np.isnan(e) else e, None if np.isnan(t) else t, int(o))
+        for e, t, o in zip(e2e, ttft, out, strict=True)
+    ]
+    assert [np.nan if v is None else v for v in one_by_one][:2] == got[:2].tolist()
+    assert one_by_one[2:] == [None, None, None]
