@@ -13,6 +13,7 @@ Messages to the coordinator: ("ready", warmup_done) · ("batch", ResultBatch) ·
 from __future__ import annotations
 
 import asyncio
+import gc
 import queue
 import signal
 import sys
@@ -72,6 +73,12 @@ def worker_main(plan: WorkerPlan, conn: Connection) -> None:
 
     thread = threading.Thread(target=sender, name="servescope-sender", daemon=True)
     thread.start()
+    # Timestamps are taken on this process's event loop: keep the cyclic GC from pausing it
+    # for milliseconds mid-stream. Long-lived objects are frozen out of collections, and the
+    # young generation is collected rarely (request records are freed by reference counting).
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 50, 1000)
     try:
         asyncio.run(_run(plan, conn, out))
     except BaseException:
