@@ -66,6 +66,8 @@ def screenshot(
             expect(page.locator('[data-testid="stStatusWidget"]')).to_have_count(
                 0, timeout=timeout_ms
             )
+            # placeholders of elements not yet delivered (the first run is still streaming)
+            expect(page.locator('[data-testid="stSkeleton"]')).to_have_count(0, timeout=timeout_ms)
             content = int(page.evaluate(_CONTENT_HEIGHT_JS))
             full = max(height, min(content, max_height))
             page.set_viewport_size({"width": width, "height": full})
