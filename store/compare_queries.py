@@ -1,0 +1,353 @@
+"""Intent-named reads for the Compare page: several runs side by side, and SLO attainment.
+
+Like ``store.queries``, everything is aggregated in SQL on DuckDB and PostgreSQL alike, so a
+store with millions of requests never loads them: one ``GROUP BY run_id`` per read over the
+selected runs, percentiles by linear interpolation (``quantile_cont`` / ``percentile_cont``),
+SLO thresholds as bound parameters, and distributions as a per-run stride sample of at most
+``limit`` values.
+
+Definitions (docs/metrics.md): latency percentiles and throughput count successful requests
+only; pooled ITL takes the gaps of every request that did not fail, found with an anti-join
+against the few failed requests (4× faster at 10M rows than a join with all of them); client
+lag covers every request; duration is the run's ``duration_s``, else ``ended_at −
+started_at``, else first send → last completion.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+import pandas as pd
+import sqlalchemy as sa
+
+from errors import InputError
+from store.db import Store
+from store.queries import _DURATION, OK, SAMPLE_METRICS, _coerce, _dist_columns, _filtered
+
+#: Most runs one read compares.
+MAX_RUNS: Final = 200
+
+_RUN_META: Final = (
+    "run_id, name, source, framework, framework_version, model, gpu_name, gpu_count, workload, "
+    "arrival, target_rate, concurrency, engine_params, sweep_id, started_at, ended_at, "
+    "duration_s, created_at, status, client_bound, client_bound_reason, achieved_rate, "
+    "tool_summary"
+)
+
+_INTS: Final = (
+    "requests",
+    "ok",
+    "errors",
+    "timeouts",
+    "input_tokens",
+    "output_tokens",
+    "ttft_n",
+    "tpot_n",
+    "e2e_n",
+    "lag_n",
+    "itl_n",
+)
+
+
+def candidates(store: Store, limit: int = 500) -> pd.DataFrame:
+    """The ``limit`` newest runs to pick from, without touching their requests (fast on any
+    store size). Columns: run_id, name, source, framework, model, gpu_name, gpu_count,
+    workload, arrival, concurrency, target_rate, sweep_id, started_at, client_bound."""
+    if limit < 1:
+        raise InputError(f"limit must be at least 1, got {limit}")
+    sql = """
+        SELECT run_id, name, source, framework, model, gpu_name, gpu_count, workload, arrival,
+               concurrency, target_rate, sweep_id, started_at, client_bound
+        FROM runs
+        ORDER BY COALESCE(started_at, created_at) DESC NULLS LAST, run_id
+        LIMIT :limit
+    """
+    df = store.read_df(sql, {"limit": int(limit)})
+    return _coerce(df, bools=("client_bound",))
+
+
+def _ids(run_ids: Sequence[str]) -> list[str]:
+    ids = list(dict.fromkeys(str(r) for r in run_ids))
+    if len(ids) > MAX_RUNS:
+        raise InputError(
+            f"{len(ids)} runs selected; compare at most {MAX_RUNS}",
+            hint="narrow the selection (e.g. one sweep or one model)",
+        )
+    return ids
+
+
+def _stmt(sql: str) -> sa.TextClause:
+    return sa.text(sql).bindparams(sa.bindparam("run_ids", expanding=True))
+
+
+def _json_object(value: Any) -> dict[str, Any] | None:
+    if isinstance(value, dict):
+        return value
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError:
+        return None
+    return parsed if isinstance(parsed, dict) else None
+
+
+def run_aggregates(store: Store, run_ids: Sequence[str]) -> pd.DataFrame:
+    """One row per existing run of ``run_ids`` (in that order) with everything Compare shows.
+
+    Columns: the run's own (run_id, name, source, framework, framework_version, model, gpu_name,
+    gpu_count, workload, arrival, target_rate, concurrency, engine_params (JSON text), sweep_id,
+    started_at, status, client_bound, client_bound_reason, achieved_rate), tool_summary (decoded
+    dict or None), aggregates_only (bool); requests, ok, errors (every non-ok request), timeouts,
+    error_rate, timeout_rate, input_tokens and output_tokens (successful requests), duration_s,
+    request_throughput, output_throughput, total_token_throughput, output_throughput_per_gpu;
+    for ttft/tpot/e2e/lag/itl: ``*_n``, ``*_mean_ms``, ``*_p50_ms``, ``*_p90_ms``, ``*_p95_ms``,
+    ``*_p99_ms`` (successful requests; lag: every request; itl: pooled token gaps).
+    """
+    ids = _ids(run_ids)
+    if not ids:
+        return pd.DataFrame(columns=["run_id"])
+    d = store.dialect
+    dist = ",\n".join(
+        _dist_columns(d, "q.ttft_ms", "ttft", OK)
+        + _dist_columns(d, "q.tpot_ms", "tpot", OK)
+        + _dist_columns(d, "q.e2e_ms", "e2e", OK)
+        + _dist_columns(d, "q.lag_ms", "lag", None)
+    )
+    itl = ",\n".join(_dist_columns(d, "g.gap_ms", "itl", None))
+    sql = f"""
+        WITH r AS (SELECT {_RUN_META} FROM runs WHERE run_id IN :run_ids),
+        a AS (
+            SELECT q.run_id AS a_run_id,
+                   COUNT(*) AS requests,
+                   {_filtered("COUNT(*)", OK)} AS ok,
+                   {_filtered("COUNT(*)", "q.status = 'timeout'")} AS timeouts,
+                   {_filtered("SUM(q.input_tokens)", OK)} AS input_tokens,
+                   {_filtered("SUM(q.output_tokens)", OK)} AS output_tokens,
+                   MIN(q.sent_at) AS first_sent,
+                   MAX(q.done_at) AS last_done,
+                   {dist}
+            FROM requests q WHERE q.run_id IN :run_ids
+            GROUP BY q.run_id
+        ),
+        f AS (
+            SELECT run_id, seq FROM requests WHERE run_id IN :run_ids AND status <> 'ok'
+        ),
+        i AS (
+            SELECT g.run_id AS i_run_id, {itl}
+            FROM token_gaps g
+            LEFT JOIN f ON f.run_id = g.run_id AND f.seq = g.seq
+            WHERE g.run_id IN :run_ids AND f.seq IS NULL
+            GROUP BY g.run_id
+        ),
+        j AS (
+            SELECT r.*, a.*, i.*, {_DURATION} AS run_duration_s
+            FROM r LEFT JOIN a ON a.a_run_id = r.run_id LEFT JOIN i ON i.i_run_id = r.run_id
+        )
+        SELECT j.*,
+               COALESCE(j.requests, 0) - COALESCE(j.ok, 0) AS errors,
+               CAST(COALESCE(j.requests, 0) - COALESCE(j.ok, 0) AS DOUBLE PRECISION)
+                   / NULLIF(j.requests, 0) AS error_rate,
+               CAST(COALESCE(j.timeouts, 0) AS DOUBLE PRECISION) / NULLIF(j.requests, 0)
+                   AS timeout_rate,
+               CAST(COALESCE(j.ok, 0) AS DOUBLE PRECISION) / j.run_duration_s
+                   AS request_throughput,
+               CAST(COALESCE(j.output_tokens, 0) AS DOUBLE PRECISION) / j.run_duration_s
+                   AS output_throughput,
+               CAST(COALESCE(j.input_tokens, 0) + COALESCE(j.output_tokens, 0)
+                    AS DOUBLE PRECISION) / j.run_duration_s AS total_token_throughput,
+               CAST(COALESCE(j.output_tokens, 0) AS DOUBLE PRECISION)
+                   / j.run_duration_s / NULLIF(j.gpu_count, 0) AS output_throughput_per_gpu
+        FROM j
+    """
+    df = store.read_df(_stmt(sql), {"run_ids": ids})
+    df = df.drop(
+        columns=[
+            "a_run_id",
+            "i_run_id",
+            "duration_s",
+            "first_sent",
+            "last_done",
+            "ended_at",
+            "created_at",
+        ],
+        errors="ignore",
+    ).rename(columns={"run_duration_s": "duration_s"})
+    summaries = [_json_object(v) for v in df.pop("tool_summary").tolist()]
+    df["tool_summary"] = pd.Series(summaries, index=df.index, dtype=object)
+    df["aggregates_only"] = pd.Series(
+        [bool(s and s.get("aggregates_only")) for s in summaries], index=df.index, dtype=bool
+    )
+    order = {rid: i for i, rid in enumerate(ids)}
+    df = df.sort_values("run_id", key=lambda s: s.map(order)).reset_index(drop=True)
+    for col in ("gpu_count", "concurrency", "target_rate"):
+        df[col] = pd.to_numeric(df[col]).astype("float64")  # NULL stays NaN (unknown)
+    return _coerce(df, ints=_INTS, bools=("client_bound",))
+
+
+def slo_attainment(
+    store: Store, run_ids: Sequence[str], thresholds: Mapping[str, float]
+) -> pd.DataFrame:
+    """Per run, how many requests met each SLO target, computed in SQL.
+
+    ``thresholds`` (``analysis.slo.SloProfile.sql_thresholds``): ``ttft_base``, ``ttft_per_1k``
+    (TTFT limit = ttft_base + ttft_per_1k × input_tokens / 1000), ``tpot``, ``e2e`` in ms; +inf
+    for no target. A request meets TTFT/E2E when it succeeded and its value is within the limit,
+    TPOT also when its TPOT is undefined (fewer than two output tokens).
+
+    Columns: run_id, requests, ok, ttft_met, tpot_met, e2e_met, met (all three), duration_s,
+    goodput (met / duration, requests/s), attainment (met / requests). Runs without requests
+    are absent.
+    """
+    ids = _ids(run_ids)
+    needed = ("ttft_base", "ttft_per_1k", "tpot", "e2e")
+    missing = [k for k in needed if k not in thresholds]
+    if missing:
+        raise InputError(f"SLO thresholds lack {', '.join(missing)}; give {', '.join(needed)}")
+    if not ids:
+        return pd.DataFrame(
+            columns=[
+                "run_id",
+                "requests",
+                "ok",
+                "ttft_met",
+                "tpot_met",
+                "e2e_met",
+                "met",
+                "duration_s",
+                "goodput",
+                "attainment",
+            ]
+        )
+    dbl = "DOUBLE PRECISION"
+    ttft = (
+        f"q.ttft_ms <= CAST(:ttft_base AS {dbl}) + CAST(:ttft_per_1k AS {dbl}) "
+        f"* COALESCE(q.input_tokens, 0) / 1000.0"
+    )
+    tpot = f"(q.tpot_ms IS NULL OR q.tpot_ms <= CAST(:tpot AS {dbl}))"
+    e2e = f"q.e2e_ms <= CAST(:e2e AS {dbl})"
+    sql = f"""
+        WITH a AS (
+            SELECT q.run_id,
+                   COUNT(*) AS requests,
+                   {_filtered("COUNT(*)", OK)} AS ok,
+                   {_filtered("COUNT(*)", f"{OK} AND {ttft}")} AS ttft_met,
+                   {_filtered("COUNT(*)", f"{OK} AND {tpot}")} AS tpot_met,
+                   {_filtered("COUNT(*)", f"{OK} AND {e2e}")} AS e2e_met,
+                   {_filtered("COUNT(*)", f"{OK} AND {ttft} AND {tpot} AND {e2e}")} AS met,
+                   MIN(q.sent_at) AS first_sent,
+                   MAX(q.done_at) AS last_done
+            FROM requests q WHERE q.run_id IN :run_ids
+            GROUP BY q.run_id
+        ),
+        r AS (SELECT run_id, duration_s, started_at, ended_at FROM runs WHERE run_id IN :run_ids)
+        SELECT a.run_id, a.requests, a.ok, a.ttft_met, a.tpot_met, a.e2e_met, a.met,
+               {_DURATION} AS duration_s,
+               CAST(a.met AS {dbl}) / {_DURATION} AS goodput,
+               CAST(a.met AS {dbl}) / NULLIF(a.requests, 0) AS attainment
+        FROM a JOIN r ON r.run_id = a.run_id
+        ORDER BY a.run_id
+    """
+    params: dict[str, Any] = {"run_ids": ids} | {k: float(thresholds[k]) for k in needed}
+    df = store.read_df(_stmt(sql), params)
+    df["goodput"] = pd.to_numeric(df["goodput"]).astype("float64")
+    df["attainment"] = pd.to_numeric(df["attainment"]).astype("float64")
+    return _coerce(df, ints=("requests", "ok", "ttft_met", "tpot_met", "e2e_met", "met"))
+
+
+def request_samples(store: Store, run_ids: Sequence[str], limit: int = 20_000) -> pd.DataFrame:
+    """TTFT, TPOT and E2E of successful requests, per run, in one read: every request when a
+    run has at most ``limit`` successful ones, else a stride sample (every k-th by seq) of about
+    ``limit``. Columns: run_id, ttft_ms, tpot_ms, e2e_ms (NULL stays NaN, e.g. the TPOT of a
+    one-token response)."""
+    if limit < 1:
+        raise InputError(f"limit must be at least 1, got {limit}")
+    ids = _ids(run_ids)
+    columns = ["ttft_ms", "tpot_ms", "e2e_ms"]
+    if not ids:
+        return pd.DataFrame(
+            {"run_id": pd.Series([], dtype=object)}
+            | {c: pd.Series([], dtype="float64") for c in columns}
+        )
+    sql = f"""
+        WITH n AS (
+            SELECT q.run_id, COUNT(*) AS c FROM requests q
+            WHERE q.run_id IN :run_ids AND {OK}
+            GROUP BY q.run_id
+        ),
+        s AS (
+            SELECT q.run_id, q.ttft_ms, q.tpot_ms, q.e2e_ms,
+                   ROW_NUMBER() OVER (PARTITION BY q.run_id ORDER BY q.seq) AS k
+            FROM requests q JOIN n ON n.run_id = q.run_id
+            WHERE q.run_id IN :run_ids AND {OK}
+              AND MOD(q.seq, GREATEST(1, CAST(CEIL(n.c * 1.0 / :limit) AS INTEGER))) = 0
+        )
+        SELECT run_id, ttft_ms, tpot_ms, e2e_ms FROM s WHERE k <= :limit ORDER BY run_id, k
+    """
+    df = store.read_df(_stmt(sql), {"run_ids": ids, "limit": int(limit)})
+    for col in columns:
+        df[col] = pd.to_numeric(df[col]).astype("float64")
+    return df
+
+
+def metric_samples(
+    store: Store, run_ids: Sequence[str], metric: str, limit: int = 20_000
+) -> pd.DataFrame:
+    """Values of ``metric`` (ttft_ms, tpot_ms, e2e_ms or itl_ms) of successful requests, per run:
+    every value when a run has at most ``limit``, else a stride sample (every k-th by seq) of
+    about ``limit`` spread over the run (for ITL the stride is set from all the run's gaps,
+    and the gaps of failed requests are then left out). Columns: run_id, value (ms)."""
+    if metric not in SAMPLE_METRICS:
+        raise InputError(
+            f"unknown metric {metric!r}", hint=f"choose one of {', '.join(SAMPLE_METRICS)}"
+        )
+    if limit < 1:
+        raise InputError(f"limit must be at least 1, got {limit}")
+    ids = _ids(run_ids)
+    if not ids:
+        return pd.DataFrame(
+            {"run_id": pd.Series([], dtype=object), "value": pd.Series([], dtype="float64")}
+        )
+    stride = "GREATEST(1, CAST(CEIL(n.c * 1.0 / :limit) AS INTEGER))"
+    if metric == "itl_ms":
+        sql = f"""
+            WITH n AS (
+                SELECT run_id, COUNT(*) AS c FROM token_gaps WHERE run_id IN :run_ids
+                GROUP BY run_id
+            ),
+            f AS (
+                SELECT run_id, seq FROM requests WHERE run_id IN :run_ids AND status <> 'ok'
+            ),
+            s AS (
+                SELECT g.run_id, g.gap_ms AS v,
+                       ROW_NUMBER() OVER (PARTITION BY g.run_id ORDER BY g.seq, g.idx) AS k
+                FROM token_gaps g
+                JOIN n ON n.run_id = g.run_id
+                LEFT JOIN f ON f.run_id = g.run_id AND f.seq = g.seq
+                WHERE g.run_id IN :run_ids AND f.seq IS NULL
+                  AND MOD(g.seq + g.idx, {stride}) = 0
+            )
+            SELECT run_id, v AS value FROM s WHERE k <= :limit ORDER BY run_id, k
+        """
+    else:
+        col = SAMPLE_METRICS[metric]
+        sql = f"""
+            WITH n AS (
+                SELECT q.run_id, COUNT(*) AS c FROM requests q
+                WHERE q.run_id IN :run_ids AND {OK} AND q.{col} IS NOT NULL
+                GROUP BY q.run_id
+            ),
+            s AS (
+                SELECT q.run_id, q.{col} AS v,
+                       ROW_NUMBER() OVER (PARTITION BY q.run_id ORDER BY q.seq) AS k
+                FROM requests q JOIN n ON n.run_id = q.run_id
+                WHERE q.run_id IN :run_ids AND {OK} AND q.{col} IS NOT NULL
+                  AND MOD(q.seq, {stride}) = 0
+            )
+            SELECT run_id, v AS value FROM s WHERE k <= :limit ORDER BY run_id, k
+        """
+    df = store.read_df(_stmt(sql), {"run_ids": ids, "limit": int(limit)})
+    df["value"] = pd.to_numeric(df["value"]).astype("float64")
+    return df
