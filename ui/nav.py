@@ -18,4 +18,7 @@ PAGES: tuple[PageSpec, ...] = (
     PageSpec("pages/home.py", "Home", ":material/home:", "home", default=True),
     PageSpec("pages/live.py", "Live", ":material/monitor_heart:", "live"),
     PageSpec("pages/data.py", "Data", ":material/database:", "data"),
+    PageSpec("pages/compare.py", "Compare", ":material/compare_arrows:", "compare"),
+    PageSpec("pages/latency.py", "Latency", ":material/timer:", "latency"),
+    PageSpec("pages/memory.py", "Memory", ":material/memory:", "memory"),
 )

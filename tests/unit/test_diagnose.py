@@ -1,0 +1,214 @@
+"""analysis.diagnose: each rule fires on a constructed case (with its evidence numbers) and
+stays silent on a healthy one; no finding without its inputs."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis import diagnose as dx
+from analysis.latency import trend
+
+
+def _engine(
+    kv: list[float], waiting: list[float], preempt: list[float] | None = None
+) -> pd.DataFrame:
+    ts = [float(i) for i in range(len(kv))]
+    parts = [
+        pd.DataFrame({"target": "t", "ts": ts, "metric": "kv_cache_usage", "value": kv}),
+        pd.DataFrame({"target": "t", "ts": ts, "metric": "requests_waiting", "value": waiting}),
+    ]
+    if preempt is not None:
+        parts.append(
+            pd.DataFrame({"target": "t", "ts": ts, "metric": "preemptions_total", "value": preempt})
+        )
+    return pd.concat(parts, ignore_index=True)
+
+
+# --- rule 1 ---------------------------------------------------------------------------------
+
+
+def test_kv_saturation_fires_with_full_kv_and_growing_queue() -> None:
+    inp = dx.DiagnosisInput(engine=_engine([0.5, 0.95, 0.97, 0.99], [0, 1, 4, 8], [0, 0, 1, 3]))
+    (f,) = dx.diagnose(inp)
+    assert f.rule == 1 and f.chart == "kv_queue"
+    assert f.evidence["peak KV usage"] == "99%"
+    assert f.evidence["samples with KV ≥ 90%"] == "75% of 4"
+    assert f.evidence["waiting requests (peak)"] == "8"
+    assert f.evidence["waiting, first half → second half (mean)"] == "0.5 → 6.0"
+    assert f.evidence["preemptions"] == "3"
+    assert any("kv_memory_fraction" in a for a in f.actions)
+
+
+def test_kv_saturation_silent_when_healthy_or_without_a_queue() -> None:
+    assert (
+        dx.kv_saturation(dx.DiagnosisInput(engine=_engine([0.3, 0.4, 0.5, 0.4], [0, 2, 3, 4])))
+        is None
+    )
+    # full KV but nothing waits: the engine is just well used
+    assert dx.kv_saturation(dx.DiagnosisInput(engine=_engine([0.95] * 4, [0] * 4))) is None
+    # full KV, a steady (not growing) queue and no preemptions
+    assert dx.kv_saturation(dx.DiagnosisInput(engine=_engine([0.95] * 4, [3, 3, 3, 3]))) is None
+    assert dx.kv_saturation(dx.DiagnosisInput()) is None
+
+
+# --- rule 2 ---------------------------------------------------------------------------------
+
+
+def _buckets(short_p50: float, short_p99: float, long_median: float = 8000.0) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "bucket": ["<256", "4k–16k"],
+            "n": [800, 200],
+            "median_input": [150.0, long_median],
+            "p50_ms": [short_p50, 400.0],
+            "p99_ms": [short_p99, 900.0],
+        }
+    )
+
+
+def test_length_mixing_fires_on_a_heavy_tail_of_short_requests() -> None:
+    inp = dx.DiagnosisInput(
+        ttft_p50_ms=50.0, ttft_mean_ms=80.0, ttft_p99_ms=1200.0, buckets=_buckets(40.0, 1100.0)
+    )
+    (f,) = dx.diagnose(inp)
+    assert f.rule == 2 and f.chart == "buckets"
+    assert "24.0× its median" in f.summary
+    assert f.evidence["TTFT mean / P50 / P99"] == "80 ms / 50 ms / 1,200 ms"
+    assert f.evidence["shortest bucket <256 P50 → P99"] == "40 → 1,100 ms (n=800)"
+    assert f.evidence["requests above the shortest bucket"] == "20%"
+    assert any("chunked prefill" in a for a in f.actions)
+
+
+def test_length_mixing_silent_when_tail_is_tight_or_lengths_similar() -> None:
+    tight = dx.DiagnosisInput(
+        ttft_p50_ms=50.0, ttft_mean_ms=55.0, ttft_p99_ms=120.0, buckets=_buckets(40.0, 100.0)
+    )
+    assert dx.tail_from_length_mixing(tight) is None
+    similar = dx.DiagnosisInput(
+        ttft_p50_ms=50.0, ttft_p99_ms=1200.0, buckets=_buckets(40.0, 1100.0, long_median=300.0)
+    )
+    assert dx.tail_from_length_mixing(similar) is None
+    # the tail lives only in the long bucket: prefill cost, not blocking
+    own_tail = dx.DiagnosisInput(ttft_p50_ms=50.0, ttft_p99_ms=1200.0, buckets=_buckets(40.0, 60.0))
+    assert dx.tail_from_length_mixing(own_tail) is None
+
+
+# --- rule 3 ---------------------------------------------------------------------------------
+
+
+def _load(util: float, kv: float = math.nan, client: bool = False) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "load": [1.0, 8.0, 32.0],
+            "throughput": [100.0, 700.0, 720.0],
+            "client_bound": [False, False, client],
+            "gpu_util": [0.2, 0.6, util],
+            "kv_max": [0.1, 0.5, kv],
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("util", "kv", "client", "kind"),
+    [
+        (0.97, math.nan, False, "GPU-bound"),
+        (0.70, 0.95, False, "GPU-bound"),
+        (0.30, math.nan, False, "CPU-bound"),
+        (0.97, math.nan, True, "client-bound"),
+        (math.nan, math.nan, False, "unknown resource"),
+    ],
+)
+def test_plateau_fires_and_names_the_bound(util: float, kv: float, client: bool, kind: str) -> None:
+    (f,) = dx.diagnose(dx.DiagnosisInput(load=_load(util, kv, client)))
+    assert f.rule == 3 and f.chart == "load"
+    assert kind in f.title
+    assert f.evidence["load step"] == "8 → 32"
+    assert f.evidence["throughput"] == "700 → 720 tok/s"
+    assert "+3%" in f.summary  # 720 / 700 − 1
+
+
+def test_plateau_with_an_unfilled_batch_is_batch_limited() -> None:
+    load = _load(0.97).assign(concurrency=[1.0, 8.0, 32.0], running_max=[1.0, 8.0, 8.0])
+    (f,) = dx.diagnose(dx.DiagnosisInput(load=load))
+    assert "batch-limited" in f.title
+    assert "at most 8 requests ran at once while 32 were offered" in f.summary
+    assert f.evidence["most requests running at the plateau"] == "8"
+    assert any("max_batch_size" in a for a in f.actions)
+    # a full batch (32 of 32) is not batch-limited: the GPU is the bound
+    full = _load(0.97).assign(concurrency=[1.0, 8.0, 32.0], running_max=[1.0, 8.0, 32.0])
+    (g,) = dx.diagnose(dx.DiagnosisInput(load=full))
+    assert "GPU-bound" in g.title
+
+
+def test_plateau_silent_while_throughput_scales() -> None:
+    scaling = pd.DataFrame(
+        {
+            "load": [1.0, 8.0, 32.0],
+            "throughput": [100.0, 700.0, 2000.0],
+            "client_bound": False,
+            "gpu_util": 0.9,
+            "kv_max": 0.5,
+        }
+    )
+    assert dx.throughput_plateau(dx.DiagnosisInput(load=scaling)) is None
+    assert dx.throughput_plateau(dx.DiagnosisInput(load=scaling.head(1))) is None
+
+
+# --- rule 4 ---------------------------------------------------------------------------------
+
+
+def test_degradation_fires_on_rising_latency_and_memory() -> None:
+    ts = np.arange(0, 3600, 60.0)
+    rng = np.random.default_rng(1)
+    lat = trend(ts, 100 + ts / 36 + rng.normal(0, 2, ts.size))  # 100 → ~200 ms over an hour
+    mem = trend(ts, 40 * 2**30 + ts * 2**20)  # +1 MiB/s
+    (f,) = dx.diagnose(
+        dx.DiagnosisInput(latency_trend=lat, memory_trend=mem, memory_total_bytes=80 * 2**30)
+    )
+    assert f.rule == 4 and f.chart == "trend"
+    assert lat is not None and lat.ci_low * 3600 < 100 < lat.ci_high * 3600  # true: 100 ms/h
+    s, lo, hi = lat.per_hour()
+    assert f.evidence["TTFT P50 slope"] == f"{s:+,.1f} ms/h (95 % CI {lo:+,.1f} … {hi:+,.1f}, n=60)"
+    assert f.evidence["GPU memory slope"].startswith("+3,600 MiB/h")
+    assert "GPU memory over the run" in f.evidence
+
+
+def test_degradation_silent_on_flat_short_or_noisy_series() -> None:
+    ts = np.arange(0, 3600, 60.0)
+    flat = trend(ts, np.full(ts.size, 100.0) + np.sin(ts))
+    assert dx.degradation(dx.DiagnosisInput(latency_trend=flat)) is None
+    short = trend(np.arange(0, 30, 1.0), np.arange(0, 30, 1.0) * 10 + 100)
+    assert dx.degradation(dx.DiagnosisInput(latency_trend=short)) is None  # < 60 s
+    small = trend(ts, 100 + ts / 3600)  # +1 % over the hour: significant but immaterial
+    assert dx.degradation(dx.DiagnosisInput(latency_trend=small)) is None
+
+
+# --- together --------------------------------------------------------------------------------
+
+
+def test_healthy_run_has_no_finding_and_missing_inputs_are_named() -> None:
+    ts = np.arange(0, 600, 10.0)
+    healthy = dx.DiagnosisInput(
+        engine=_engine([0.4, 0.5, 0.45, 0.5], [0, 0, 1, 0], [0, 0, 0, 0]),
+        ttft_p50_ms=50.0,
+        ttft_mean_ms=55.0,
+        ttft_p99_ms=110.0,
+        buckets=_buckets(40.0, 90.0),
+        load=pd.DataFrame(
+            {
+                "load": [1.0, 8.0],
+                "throughput": [100.0, 750.0],
+                "client_bound": False,
+                "gpu_util": 0.5,
+                "kv_max": 0.5,
+            }
+        ),
+        latency_trend=trend(ts, 50 + np.sin(ts)),
+    )
+    assert dx.diagnose(healthy) == []
+    assert dx.missing_inputs(healthy) == []
+    assert len(dx.missing_inputs(dx.DiagnosisInput())) == 4
