@@ -133,6 +133,10 @@ class DriverSummary:
     wall_s: float = 0.0
     interrupted: bool = False
     warmup_done: int = 0
+    # how late the event loop woke for a 5 ms probe timer: when it is late, every timestamp
+    # taken on this loop is late too (the client, not the server, is slow)
+    loop_lag_p50_ms: float | None = None
+    loop_lag_p99_ms: float | None = None
 
 
 class Driver:
@@ -240,6 +244,8 @@ class Driver:
         if plan.duration_s is not None:
             self._deadline = start + plan.duration_s
         flusher = loop.create_task(self._flush_every(plan.batch_interval_s))
+        lags = array("d")
+        prober = loop.create_task(self._probe_loop(lags))
         try:
             if plan.kind == "concurrency":
                 await self._closed(start, int(plan.value))
@@ -247,7 +253,12 @@ class Driver:
                 await self._open(start)
         finally:
             flusher.cancel()
+            prober.cancel()
             self._flush()
+        if lags:
+            ordered = sorted(lags)
+            self.summary.loop_lag_p50_ms = ordered[len(ordered) // 2]
+            self.summary.loop_lag_p99_ms = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
         end = self.clock.perf()
         self.summary.ended_at = self.clock.epoch(end)
         self.summary.wall_s = end - start
@@ -454,6 +465,14 @@ class Driver:
         if self._batch.rows:
             batch, self._batch = self._batch, ResultBatch()
             self.emit(batch)
+
+    async def _probe_loop(self, lags: array[float], interval: float = 0.005) -> None:
+        """Record how late the loop wakes for a timer (ms), every ``interval`` seconds."""
+        perf = self.clock.perf
+        while True:
+            due = perf() + interval
+            await asyncio.sleep(interval)
+            lags.append(max(0.0, (perf() - due) * 1000.0))
 
     async def _flush_every(self, interval: float) -> None:
         while True:

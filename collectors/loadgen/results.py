@@ -20,6 +20,7 @@ from collectors.loadgen.engine import ROW_FIELDS, ResultBatch
 
 RATE_TOLERANCE = 0.95
 MAX_P99_LAG_MS = 10.0
+MAX_P99_LOOP_LAG_MS = 10.0  # the measuring event loop's own wake-up delay
 
 _I = {name: i for i, name in enumerate(ROW_FIELDS)}
 
@@ -48,6 +49,7 @@ def client_bound(
     *,
     open_loop: bool,
     duration_s: float | None = None,
+    loop_lag_p99_ms: float | None = None,
 ) -> ClientBound:
     """Did the client keep up? Compares the send rate with the schedule's, and the P99 lag.
 
@@ -74,6 +76,11 @@ def client_bound(
     p99 = percentile(lag_ms, 99.0) if len(lag_ms) else None
     if p99 is not None and p99 > MAX_P99_LAG_MS:
         reasons.append(f"P99 client lag {p99:.1f} ms > {MAX_P99_LAG_MS:g} ms")
+    if loop_lag_p99_ms is not None and loop_lag_p99_ms > MAX_P99_LOOP_LAG_MS:
+        reasons.append(
+            f"the client's event loop woke {loop_lag_p99_ms:.1f} ms late at P99 "
+            f"(> {MAX_P99_LOOP_LAG_MS:g} ms): its timestamps, TTFT and ITL included, run late"
+        )
     return ClientBound(bool(reasons), "; ".join(reasons) or None, achieved, scheduled, p99)
 
 
@@ -146,7 +153,18 @@ class RunCollector:
         values = list(self.recent_ttft)
         return percentile(values, 50.0), percentile(values, 99.0)
 
-    def verdict(self, *, open_loop: bool, duration_s: float | None) -> ClientBound:
+    def verdict(
+        self,
+        *,
+        open_loop: bool,
+        duration_s: float | None,
+        loop_lag_p99_ms: float | None = None,
+    ) -> ClientBound:
         return client_bound(
-            self.sent_at, self.scheduled_at, self.lag_ms, open_loop=open_loop, duration_s=duration_s
+            self.sent_at,
+            self.scheduled_at,
+            self.lag_ms,
+            open_loop=open_loop,
+            duration_s=duration_s,
+            loop_lag_p99_ms=loop_lag_p99_ms,
         )

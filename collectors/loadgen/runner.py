@@ -572,7 +572,12 @@ def run_level(
             [s.ended_at for s in summaries if s.ended_at] + [collector.last_done or 0.0, started]
         )
         duration = ended - started if ended > started else None
-        verdict = collector.verdict(open_loop=level.kind == "rate", duration_s=duration)
+        loop_lag = max(
+            (s.loop_lag_p99_ms for s in summaries if s.loop_lag_p99_ms is not None), default=None
+        )
+        verdict = collector.verdict(
+            open_loop=level.kind == "rate", duration_s=duration, loop_lag_p99_ms=loop_lag
+        )
         cpu = sum(s.cpu_s for s in summaries)
         wall = max((s.wall_s for s in summaries), default=0.0)
         writer.add_run(
@@ -594,6 +599,7 @@ def run_level(
                     "token_gaps": collector.gap_rows,
                     "scheduled_rate": verdict.scheduled_rate,
                     "p99_lag_ms": verdict.p99_lag_ms,
+                    "p99_loop_lag_ms": loop_lag,
                     "workers": len(plans),
                     "client_cpu_s": round(cpu, 3),
                     "client_cpu_per_worker": round(cpu / wall / len(plans), 3) if wall else None,

@@ -127,3 +127,11 @@ def test_client_bound_verdict() -> None:
     assert laggy.bound and "P99 client lag" in (laggy.reason or "")
     closed = client_bound(sched, sched, [1.0] * 101, open_loop=False, duration_s=10.0)
     assert not closed.bound and closed.achieved_rate == pytest.approx(10.1)
+    # sends on time, but the measuring loop itself woke late: its timestamps cannot be trusted
+    stalled = client_bound(
+        sched, sched, [1.0] * 101, open_loop=False, duration_s=10.0, loop_lag_p99_ms=25.0
+    )
+    assert stalled.bound and "event loop woke 25.0 ms late" in (stalled.reason or "")
+    assert not client_bound(
+        sched, sched, [1.0] * 101, open_loop=False, duration_s=10.0, loop_lag_p99_ms=2.0
+    ).bound
