@@ -6,16 +6,17 @@ from __future__ import annotations
 import streamlit as st
 
 from errors import ServeScopeError
-from ui import cache_compare
+from ui import cache
 from ui import compare_charts as charts
 from ui import compare_view as view
 from ui import format as fmt
+from ui.cache import compare as cache_compare
 from ui.errors import show_error
 
 st.title("Compare")
 try:
     latest = cache_compare.candidates()
-    profiles = cache_compare.slo_profiles()
+    profiles = list(cache.slo_profiles().values())
 except ServeScopeError as exc:
     show_error(exc)
     st.stop()

@@ -5,8 +5,9 @@ from __future__ import annotations
 import streamlit as st
 
 from errors import ServeScopeError
-from ui import cache_latency, memory_view, state
 from ui import format as fmt
+from ui import memory_view, state
+from ui.cache import latency as cache_latency
 from ui.errors import show_error
 
 st.title("Memory")

@@ -20,7 +20,7 @@ import streamlit as st
 from analysis import compare, crosscheck, slo
 from analysis.metrics import low_confidence
 from errors import ConfigError
-from ui import cache_compare
+from ui import cache
 from ui import format as fmt
 
 RUNS_PARAM, SLO_PARAM, BY_PARAM, BASE_PARAM, CAND_PARAM = "runs", "slo", "by", "base", "cand"
@@ -453,7 +453,7 @@ def profile_editor(current: slo.SloProfile | None) -> None:
             except ConfigError as exc:
                 st.error(fmt.md_escape(exc.message), icon=":material/error:")
                 return
-            cache_compare.save_slo_profile(entry)
+            cache.save_slo_profile(entry)
             # the profile picker already exists in this run: select the new one on the next
             st.session_state[_PENDING_SLO] = entry["name"]
             st.query_params[SLO_PARAM] = entry["name"]

@@ -2,7 +2,7 @@
 
 Selections live in ``st.query_params`` so a URL can be pasted into an incident channel:
 ``?run=<id>&edges=256,1k,4k&by=input&window=60-300&top=20&metric=ttft_ms`` (window: seconds
-from the run's first request). Reads go through ``ui.cache_latency``; figures come from
+from the run's first request). Reads go through ``ui.cache.latency``; figures come from
 ``ui.latency_charts``; the analysis from ``analysis.latency`` and ``analysis.diagnose``.
 """
 
@@ -28,8 +28,9 @@ from analysis.buckets import (
     parse_edges,
 )
 from errors import ConfigError
-from ui import cache_latency, crosscheck_view, latency_charts
+from ui import crosscheck_view, latency_charts
 from ui import format as fmt
+from ui.cache import latency as cache_latency
 
 #: Most requests read for the scatter, the prefill fit and the in-flight estimate.
 SAMPLE_LIMIT = 20_000

@@ -15,8 +15,9 @@ import pandas as pd
 import streamlit as st
 
 from analysis import latency as an
-from ui import cache_latency, latency_view, memory_charts
+from ui import cache, latency_view, memory_charts
 from ui import format as fmt
+from ui.cache import latency as cache_latency
 
 GIB = 2**30
 DEFAULT_CAP = 0.90
@@ -66,7 +67,7 @@ def load(run_id: str, src: dict[str, Any], since: float, until: float) -> Memory
 def cap_control() -> float:
     """The memory cap (fraction of GPU memory): the SLO profile's ``max_memory_fraction`` when
     it has one (select box memory_slo, ``?slo=``), else the number box memory_cap (``?cap=``)."""
-    profiles = cache_latency.slo_profiles()
+    profiles = cache.slo_profiles()
     names = ["(none)", *profiles]
     wanted = latency_view.url_value("slo")
     if "memory_slo" not in st.session_state:

@@ -1,11 +1,5 @@
-"""Cached reads for the Latency and Memory pages (``st.cache_data``, ttl = SERVESCOPE_CACHE_TTL_S).
-
-ARCHITECTURE §8 puts caching in ``ui/cache.py``; these wrappers live in their own module, with
-the same pattern (a short-lived ``Store`` per call, keyed by the store URL and hashable
-arguments, never a cached connection), so that the pages' reads can be added without editing a
-module others are changing at the same time. ``ui.cache.clear()`` clears these too (it clears
-every ``st.cache_data``).
-"""
+"""Cached reads of the Latency and Memory pages (``st.cache_data``, ttl = SERVESCOPE_CACHE_TTL_S;
+see ``ui.cache``: a short-lived ``Store`` per call, never a cached connection)."""
 
 from __future__ import annotations
 
@@ -15,7 +9,7 @@ import pandas as pd
 import streamlit as st
 
 import settings
-from store import catalog, latency_queries, memory_queries
+from store import latency_queries, memory_queries
 from ui.cache import _store, store_url
 
 TTL_S = settings.cache_ttl_s()
@@ -144,14 +138,6 @@ def _aligned_runs(url: str, run_ids: tuple[str, ...]) -> pd.DataFrame:
         return memory_queries.aligned_runs(store, run_ids)
 
 
-@st.cache_data(ttl=TTL_S, show_spinner=False)
-def _slo_profiles(url: str) -> dict[str, dict[str, Any]]:
-    with _store(url) as store:
-        return {
-            n: catalog.get(store, "slo_profiles", n) for n in catalog.names(store, "slo_profiles")
-        }
-
-
 # --- public ------------------------------------------------------------------------------------
 
 #: Runs offered in the pickers (plus the one in the URL).
@@ -240,7 +226,3 @@ def run_states(run_ids: tuple[str, ...]) -> pd.DataFrame:
 
 def aligned_runs(run_ids: tuple[str, ...]) -> pd.DataFrame:
     return _aligned_runs(store_url(), run_ids)
-
-
-def slo_profiles() -> dict[str, dict[str, Any]]:
-    return _slo_profiles(store_url())

@@ -1,25 +1,17 @@
-"""Cached reads and the one write of the Compare page.
-
-ARCHITECTURE §8 keeps ``st.cache_data`` in ``ui/cache.py``; the Compare page's wrappers live in
-this sibling module, built the same way (keyed by the store URL and hashable arguments, a
-short-lived ``Store`` per read, no connection cached), so that the pages written in parallel do
-not edit one file. Fold it into ``ui/cache.py`` when convenient; ``ui.cache.clear`` (the
-sidebar's refresh) already clears these too, since it clears every ``st.cache_data``.
-"""
+"""Cached reads of the Compare page (see ``ui.cache``: keyed by the store URL and hashable
+arguments, a short-lived ``Store`` per read, no connection cached)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 import pandas as pd
 import streamlit as st
 
 import settings
 from analysis import compare
-from store import catalog, compare_queries
-from store.db import Store
+from store import compare_queries
+from ui.cache import _store
 
 TTL_S = settings.cache_ttl_s()
 #: Runs offered in the picker (newest first).
@@ -30,15 +22,6 @@ SAMPLE_LIMIT = 5_000
 N_BOOT = 300
 METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
 PERCENTILES = (50.0, 90.0, 95.0, 99.0)
-
-
-@contextmanager
-def _store(url: str) -> Iterator[Store]:
-    store = Store.open(url)
-    try:
-        yield store
-    finally:
-        store.dispose()
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
@@ -89,15 +72,6 @@ def _baseline_vs_candidate(
     return compare.compare_samples(pick["base"], pick["cand"], PERCENTILES, n_boot=n_boot)
 
 
-@st.cache_data(ttl=TTL_S, show_spinner=False)
-def _slo_profiles(url: str) -> list[dict[str, Any]]:
-    with _store(url) as store:
-        return [
-            catalog.get(store, "slo_profiles", name)
-            for name in catalog.names(store, "slo_profiles")
-        ]
-
-
 def candidates(limit: int = CANDIDATES_LIMIT) -> pd.DataFrame:
     """The newest runs to pick from (``compare_queries.candidates``; reads no requests)."""
     return _candidates(settings.db_url(), int(limit))
@@ -134,15 +108,3 @@ def baseline_vs_candidate(
     return _baseline_vs_candidate(
         settings.db_url(), tuple(run_ids), baseline, candidate, int(limit), int(n_boot)
     )
-
-
-def slo_profiles() -> list[dict[str, Any]]:
-    """Every SLO profile in the catalog (seeded and the user's), by name."""
-    return _slo_profiles(settings.db_url())
-
-
-def save_slo_profile(entry: Mapping[str, Any]) -> None:
-    """Store ``entry`` as the user's own SLO profile and forget the cached profile list."""
-    with _store(settings.db_url()) as store:
-        catalog.save_user_entry(store, "slo_profiles", dict(entry))
-    _slo_profiles.clear()

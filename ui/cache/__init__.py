@@ -1,5 +1,8 @@
 """Cached reads for the pages: the only place with ``st.cache_data`` (ARCHITECTURE §8).
 
+This package holds them all: the shared ones and the Home page's here, the Compare page's in
+``ui.cache.compare``, the Latency and Memory pages' in ``ui.cache.latency``.
+
 Each public function resolves the store URL from settings and calls a cached function keyed by
 that URL and hashable arguments; the cached function opens a short-lived ``Store``, runs one
 ``store.queries`` read and disposes the engine. No connection is ever cached (DuckDB lets one
@@ -10,12 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import pandas as pd
 import streamlit as st
 
 import settings
-from store import queries
+from store import catalog, queries
 from store.db import Store, mask_url
 
 TTL_S = settings.cache_ttl_s()
@@ -125,3 +129,23 @@ def run_metric_sample(run_id: str, metric: str, limit: int = SAMPLE_LIMIT) -> pd
 def run_errors(run_id: str) -> pd.DataFrame:
     """The most frequent failures of one run."""
     return _run_errors(store_url(), run_id)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def _slo_profiles(url: str) -> dict[str, dict[str, Any]]:
+    with _store(url) as store:
+        return {
+            n: catalog.get(store, "slo_profiles", n) for n in catalog.names(store, "slo_profiles")
+        }
+
+
+def slo_profiles() -> dict[str, dict[str, Any]]:
+    """Every SLO profile in the catalog (seeded and the user's), by name."""
+    return _slo_profiles(store_url())
+
+
+def save_slo_profile(entry: dict[str, Any]) -> None:
+    """Store ``entry`` as the user's own SLO profile and forget the cached profile list."""
+    with _store(store_url()) as store:
+        catalog.save_user_entry(store, "slo_profiles", dict(entry))
+    _slo_profiles.clear()
