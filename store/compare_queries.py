@@ -15,7 +15,6 @@ started_at``, else first send → last completion.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
@@ -24,7 +23,15 @@ import sqlalchemy as sa
 
 from errors import InputError
 from store.db import Store
-from store.queries import _DURATION, OK, SAMPLE_METRICS, _coerce, _dist_columns, _filtered
+from store.queries import (
+    _DURATION,
+    OK,
+    SAMPLE_METRICS,
+    _coerce,
+    _dist_columns,
+    _filtered,
+    _json_object,
+)
 
 #: Most runs one read compares.
 MAX_RUNS: Final = 200
@@ -80,18 +87,6 @@ def _ids(run_ids: Sequence[str]) -> list[str]:
 
 def _stmt(sql: str) -> sa.TextClause:
     return sa.text(sql).bindparams(sa.bindparam("run_ids", expanding=True))
-
-
-def _json_object(value: Any) -> dict[str, Any] | None:
-    if isinstance(value, dict):
-        return value
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = json.loads(value)
-    except json.JSONDecodeError:
-        return None
-    return parsed if isinstance(parsed, dict) else None
 
 
 def run_aggregates(store: Store, run_ids: Sequence[str]) -> pd.DataFrame:
