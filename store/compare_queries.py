@@ -27,6 +27,7 @@ from store.queries import (
     _DURATION,
     OK,
     SAMPLE_METRICS,
+    THROUGHPUT_COLUMNS,
     _coerce,
     _dist_columns,
     _filtered,
@@ -147,14 +148,7 @@ def run_aggregates(store: Store, run_ids: Sequence[str]) -> pd.DataFrame:
                    / NULLIF(j.requests, 0) AS error_rate,
                CAST(COALESCE(j.timeouts, 0) AS DOUBLE PRECISION) / NULLIF(j.requests, 0)
                    AS timeout_rate,
-               CAST(COALESCE(j.ok, 0) AS DOUBLE PRECISION) / j.run_duration_s
-                   AS request_throughput,
-               CAST(COALESCE(j.output_tokens, 0) AS DOUBLE PRECISION) / j.run_duration_s
-                   AS output_throughput,
-               CAST(COALESCE(j.input_tokens, 0) + COALESCE(j.output_tokens, 0)
-                    AS DOUBLE PRECISION) / j.run_duration_s AS total_token_throughput,
-               CAST(COALESCE(j.output_tokens, 0) AS DOUBLE PRECISION)
-                   / j.run_duration_s / NULLIF(j.gpu_count, 0) AS output_throughput_per_gpu
+               {THROUGHPUT_COLUMNS}
         FROM j
     """
     df = store.read_df(_stmt(sql), {"run_ids": ids})

@@ -99,6 +99,17 @@ def _qname(q: float) -> str:
     return "p" + text.replace(".", "_")
 
 
+#: Throughput (ARCHITECTURE §5) over a relation ``j`` with ok, input_tokens, output_tokens,
+#: gpu_count and run_duration_s: successful requests and their tokens per second of the run.
+THROUGHPUT_COLUMNS: Final = """
+    CAST(COALESCE(j.ok, 0) AS DOUBLE PRECISION) / j.run_duration_s AS request_throughput,
+    CAST(COALESCE(j.output_tokens, 0) AS DOUBLE PRECISION) / j.run_duration_s
+        AS output_throughput,
+    CAST(COALESCE(j.input_tokens, 0) + COALESCE(j.output_tokens, 0) AS DOUBLE PRECISION)
+        / j.run_duration_s AS total_token_throughput,
+    CAST(COALESCE(j.output_tokens, 0) AS DOUBLE PRECISION)
+        / j.run_duration_s / NULLIF(j.gpu_count, 0) AS output_throughput_per_gpu"""
+
 _DURATION: Final = (
     "COALESCE(NULLIF(r.duration_s, 0), NULLIF(r.ended_at - r.started_at, 0), "
     "NULLIF(a.last_done - a.first_sent, 0))"
@@ -267,14 +278,7 @@ def run_detail(store: Store, run_id: str) -> pd.DataFrame:
         )
         SELECT j.*,
                j.requests - COALESCE(j.ok, 0) AS errors,
-               CAST(COALESCE(j.ok, 0) AS DOUBLE PRECISION) / j.run_duration_s
-                   AS request_throughput,
-               CAST(COALESCE(j.output_tokens, 0) AS DOUBLE PRECISION) / j.run_duration_s
-                   AS output_throughput,
-               CAST(COALESCE(j.input_tokens, 0) + COALESCE(j.output_tokens, 0)
-                    AS DOUBLE PRECISION) / j.run_duration_s AS total_token_throughput,
-               CAST(COALESCE(j.output_tokens, 0) AS DOUBLE PRECISION)
-                   / j.run_duration_s / NULLIF(j.gpu_count, 0) AS output_throughput_per_gpu
+               {THROUGHPUT_COLUMNS}
         FROM j
     """
     df = store.read_df(sql, {"run_id": run_id})
