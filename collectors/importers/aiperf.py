@@ -28,6 +28,7 @@ from .nvidia_common import (
     metric_dicts,
     normalise_metrics,
     split_label,
+    summary_only_file,
     to_ms,
 )
 from .parsing import Reader, scalars
@@ -138,17 +139,16 @@ def _summary_tool(doc: Document) -> tuple[dict[str, Any], dict[str, Any]]:
 def parse_summary(docs: list[Document], options: ImportOptions, clock: Clock) -> ParsedFile:
     doc = docs[0]
     tool, fields = _summary_tool(doc)
-    tool.update(aggregates_only=True, per_request="none")
-    run = base_run(doc.source, SOURCE, 0, options, clock=clock, **fields)
-    run["tool_summary"] = tool
-    run["notes"] = (
-        "aggregates only: AIPerf's summary without its per-request records "
-        "(profile_export.jsonl); the tool's own aggregates are kept in tool_summary"
-    )
-    return ParsedFile(
-        format=SUMMARY_CSV if doc.kind == "csv" else SUMMARY_JSON,
-        sources=[doc.source],
-        runs=[ParsedRun(run=run, warnings=["aggregates only"])],
+    return summary_only_file(
+        doc,
+        tool,
+        fields,
+        source=SOURCE,
+        tool_name="AIPerf",
+        fmt=SUMMARY_CSV if doc.kind == "csv" else SUMMARY_JSON,
+        missing="its per-request records (profile_export.jsonl)",
+        options=options,
+        clock=clock,
     )
 
 

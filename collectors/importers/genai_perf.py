@@ -25,6 +25,7 @@ from .nvidia_common import (
     looks_like_summary,
     metric_dicts,
     normalise_metrics,
+    summary_only_file,
 )
 from .parsing import Reader, scalars
 from .records import base_run, gaps_frame, requests_frame
@@ -93,17 +94,16 @@ def _summary(doc: Document) -> tuple[dict[str, Any], dict[str, Any]]:
 def parse_summary(docs: list[Document], options: ImportOptions, clock: Clock) -> ParsedFile:
     doc = docs[0]
     tool, fields = _summary(doc)
-    tool.update(aggregates_only=True, per_request="none")
-    run = base_run(doc.source, SOURCE, 0, options, clock=clock, **fields)
-    run["tool_summary"] = tool
-    run["notes"] = (
-        "aggregates only: GenAI-Perf's summary without its raw profile_export.json; "
-        "the tool's own aggregates are kept in tool_summary"
-    )
-    return ParsedFile(
-        format=SUMMARY_CSV if doc.kind == "csv" else SUMMARY_JSON,
-        sources=[doc.source],
-        runs=[ParsedRun(run=run, warnings=["aggregates only"])],
+    return summary_only_file(
+        doc,
+        tool,
+        fields,
+        source=SOURCE,
+        tool_name="GenAI-Perf",
+        fmt=SUMMARY_CSV if doc.kind == "csv" else SUMMARY_JSON,
+        missing="its raw profile_export.json",
+        options=options,
+        clock=clock,
     )
 
 

@@ -8,9 +8,10 @@ import re
 import time
 from typing import Any
 
-from .model import Document
+from .base import Clock
+from .model import Document, ImportOptions, ParsedFile, ParsedRun
 from .parsing import Reader
-from .records import summary_entry
+from .records import base_run, summary_entry
 
 TIME_UNITS_TO_MS = {
     "ms": 1.0,
@@ -178,3 +179,31 @@ def config_fields(cfg: Any) -> dict[str, Any]:
     elif isinstance(rate, int | float) and not isinstance(rate, bool) and rate > 0:
         out.update(target_rate=float(rate), arrival="poisson")
     return out
+
+
+def summary_only_file(
+    doc: Document,
+    tool: dict[str, Any],
+    fields: dict[str, Any],
+    *,
+    source: str,
+    tool_name: str,
+    fmt: str,
+    missing: str,
+    options: ImportOptions,
+    clock: Clock,
+) -> ParsedFile:
+    """A run from a summary file alone: the tool's aggregates, flagged aggregates-only.
+
+    ``missing`` names the per-request file that would have allowed recomputing them.
+    """
+    tool.update(aggregates_only=True, per_request="none")
+    run = base_run(doc.source, source, 0, options, clock=clock, **fields)
+    run["tool_summary"] = tool
+    run["notes"] = (
+        f"aggregates only: {tool_name}'s summary without {missing}; "
+        "the tool's own aggregates are kept in tool_summary"
+    )
+    return ParsedFile(
+        format=fmt, sources=[doc.source], runs=[ParsedRun(run=run, warnings=["aggregates only"])]
+    )
