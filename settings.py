@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from errors import ConfigError
+
 DEFAULT_DB_URL = "duckdb:///data/servescope.duckdb"
 
 
@@ -45,6 +47,12 @@ SETTINGS: tuple[Setting, ...] = (
         "Seconds the dashboard caches query results.",
     ),
     Setting(
+        "SERVESCOPE_ROLLUP_MIN_MS",
+        "50",
+        "A per-run aggregate that took at least this long to compute is stored (run_rollups) "
+        "and served until the run's rows change; cheaper ones are recomputed each time.",
+    ),
+    Setting(
         "SERVESCOPE_SQL_TRACE",
         "",
         "When set to 1, every SQL statement the store runs is logged with its duration.",
@@ -76,6 +84,21 @@ def lock_timeout_s(env: Mapping[str, str] | None = None) -> float:
 
 def cache_ttl_s(env: Mapping[str, str] | None = None) -> int:
     return int(float(get("SERVESCOPE_CACHE_TTL_S", env)))
+
+
+def rollup_min_s(env: Mapping[str, str] | None = None) -> float:
+    return _non_negative("SERVESCOPE_ROLLUP_MIN_MS", env) / 1000.0
+
+
+def _non_negative(name: str, env: Mapping[str, str] | None) -> float:
+    text = get(name, env)
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:  # also NaN
+        raise ConfigError(f"{name}={text!r} is not a number ≥ 0 (milliseconds)")
+    return value
 
 
 def sql_trace(env: Mapping[str, str] | None = None) -> bool:

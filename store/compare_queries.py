@@ -16,23 +16,15 @@ started_at``, else first send → last completion.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Final
 
 import pandas as pd
 import sqlalchemy as sa
 
 from errors import InputError
+from store import rollups, run_stats
 from store.db import Store
-from store.queries import (
-    _DURATION,
-    OK,
-    SAMPLE_METRICS,
-    THROUGHPUT_COLUMNS,
-    _coerce,
-    _dist_columns,
-    _filtered,
-    _json_object,
-)
+from store.sql import OK, SAMPLE_METRICS, _coerce, _filtered, _json_object
 
 #: Most runs one read compares.
 MAX_RUNS: Final = 200
@@ -100,70 +92,20 @@ def run_aggregates(store: Store, run_ids: Sequence[str]) -> pd.DataFrame:
     error_rate, timeout_rate, input_tokens and output_tokens (successful requests), duration_s,
     request_throughput, output_throughput, total_token_throughput, output_throughput_per_gpu;
     for ttft/tpot/e2e/lag/itl: ``*_n``, ``*_mean_ms``, ``*_p50_ms``, ``*_p90_ms``, ``*_p95_ms``,
-    ``*_p99_ms`` (successful requests; lag: every request; itl: pooled token gaps).
+    ``*_p99_ms`` (successful requests; lag: every request; itl: pooled token gaps). The figures
+    come from each run's stored summary (``store.run_stats``), aggregated only when stale.
     """
     ids = _ids(run_ids)
     if not ids:
         return pd.DataFrame(columns=["run_id"])
-    d = store.dialect
-    dist = ",\n".join(
-        _dist_columns(d, "q.ttft_ms", "ttft", OK)
-        + _dist_columns(d, "q.tpot_ms", "tpot", OK)
-        + _dist_columns(d, "q.e2e_ms", "e2e", OK)
-        + _dist_columns(d, "q.lag_ms", "lag", None)
+    runs = store.read_df(
+        _stmt(f"SELECT {_RUN_META} FROM runs WHERE run_id IN :run_ids"), {"run_ids": ids}
     )
-    itl = ",\n".join(_dist_columns(d, "g.gap_ms", "itl", None))
-    sql = f"""
-        WITH r AS (SELECT {_RUN_META} FROM runs WHERE run_id IN :run_ids),
-        a AS (
-            SELECT q.run_id AS a_run_id,
-                   COUNT(*) AS requests,
-                   {_filtered("COUNT(*)", OK)} AS ok,
-                   {_filtered("COUNT(*)", "q.status = 'timeout'")} AS timeouts,
-                   {_filtered("SUM(q.input_tokens)", OK)} AS input_tokens,
-                   {_filtered("SUM(q.output_tokens)", OK)} AS output_tokens,
-                   MIN(q.sent_at) AS first_sent,
-                   MAX(q.done_at) AS last_done,
-                   {dist}
-            FROM requests q WHERE q.run_id IN :run_ids
-            GROUP BY q.run_id
-        ),
-        f AS (
-            SELECT run_id, seq FROM requests WHERE run_id IN :run_ids AND status <> 'ok'
-        ),
-        i AS (
-            SELECT g.run_id AS i_run_id, {itl}
-            FROM token_gaps g
-            LEFT JOIN f ON f.run_id = g.run_id AND f.seq = g.seq
-            WHERE g.run_id IN :run_ids AND f.seq IS NULL
-            GROUP BY g.run_id
-        ),
-        j AS (
-            SELECT r.*, a.*, i.*, {_DURATION} AS run_duration_s
-            FROM r LEFT JOIN a ON a.a_run_id = r.run_id LEFT JOIN i ON i.i_run_id = r.run_id
-        )
-        SELECT j.*,
-               COALESCE(j.requests, 0) - COALESCE(j.ok, 0) AS errors,
-               CAST(COALESCE(j.requests, 0) - COALESCE(j.ok, 0) AS DOUBLE PRECISION)
-                   / NULLIF(j.requests, 0) AS error_rate,
-               CAST(COALESCE(j.timeouts, 0) AS DOUBLE PRECISION) / NULLIF(j.requests, 0)
-                   AS timeout_rate,
-               {THROUGHPUT_COLUMNS}
-        FROM j
-    """
-    df = store.read_df(_stmt(sql), {"run_ids": ids})
+    df = run_stats.figures(runs, run_stats.get(store, runs["run_id"].tolist()))
     df = df.drop(
-        columns=[
-            "a_run_id",
-            "i_run_id",
-            "duration_s",
-            "first_sent",
-            "last_done",
-            "ended_at",
-            "created_at",
-        ],
+        columns=["ended_at", "created_at", "cancelled", "first_sent", "last_sent", "last_done"],
         errors="ignore",
-    ).rename(columns={"run_duration_s": "duration_s"})
+    )
     summaries = [_json_object(v) for v in df.pop("tool_summary").tolist()]
     df["tool_summary"] = pd.Series(summaries, index=df.index, dtype=object)
     df["aggregates_only"] = pd.Series(
@@ -176,10 +118,14 @@ def run_aggregates(store: Store, run_ids: Sequence[str]) -> pd.DataFrame:
     return _coerce(df, ints=_INTS, bools=("client_bound",))
 
 
+_MET_COUNTS: Final = ("requests", "ok", "ttft_met", "tpot_met", "e2e_met", "met")
+
+
 def slo_attainment(
     store: Store, run_ids: Sequence[str], thresholds: Mapping[str, float]
 ) -> pd.DataFrame:
-    """Per run, how many requests met each SLO target, computed in SQL.
+    """Per run, how many requests met each SLO target, computed in SQL (and kept per run and
+    thresholds as a rollup, ``store.rollups``, until the run's rows change).
 
     ``thresholds`` (``analysis.slo.SloProfile.sql_thresholds``): ``ttft_base``, ``ttft_per_1k``
     (TTFT limit = ttft_base + ttft_per_1k × input_tokens / 1000), ``tpot``, ``e2e`` in ms; +inf
@@ -195,21 +141,28 @@ def slo_attainment(
     missing = [k for k in needed if k not in thresholds]
     if missing:
         raise InputError(f"SLO thresholds lack {', '.join(missing)}; give {', '.join(needed)}")
+    columns = [*("run_id",), *_MET_COUNTS, "duration_s", "goodput", "attainment"]
     if not ids:
-        return pd.DataFrame(
-            columns=[
-                "run_id",
-                "requests",
-                "ok",
-                "ttft_met",
-                "tpot_met",
-                "e2e_met",
-                "met",
-                "duration_s",
-                "goodput",
-                "attainment",
-            ]
-        )
+        return pd.DataFrame(columns=columns)
+    params = {k: float(thresholds[k]) for k in needed}
+    counts = rollups.cached_runs(
+        store, ids, "slo_attainment", params, lambda stale: _met_counts(store, stale, params)
+    )
+    runs = store.read_df(
+        _stmt("SELECT run_id, duration_s, started_at, ended_at FROM runs WHERE run_id IN :run_ids"),
+        {"run_ids": ids},
+    )
+    timed = run_stats.figures(runs, run_stats.get(store, ids))
+    df = counts.merge(timed[["run_id", "duration_s"]], on="run_id").sort_values("run_id")
+    df = df.reset_index(drop=True)
+    df["goodput"] = df["met"].astype("float64") / df["duration_s"]
+    df["attainment"] = df["met"].astype("float64") / df["requests"].astype("float64").replace(
+        0.0, float("nan")
+    )
+    return _coerce(df[columns], ints=_MET_COUNTS)
+
+
+def _met_counts(store: Store, run_ids: list[str], params: Mapping[str, float]) -> pd.DataFrame:
     dbl = "DOUBLE PRECISION"
     ttft = (
         f"q.ttft_ms <= CAST(:ttft_base AS {dbl}) + CAST(:ttft_per_1k AS {dbl}) "
@@ -218,32 +171,18 @@ def slo_attainment(
     tpot = f"(q.tpot_ms IS NULL OR q.tpot_ms <= CAST(:tpot AS {dbl}))"
     e2e = f"q.e2e_ms <= CAST(:e2e AS {dbl})"
     sql = f"""
-        WITH a AS (
-            SELECT q.run_id,
-                   COUNT(*) AS requests,
-                   {_filtered("COUNT(*)", OK)} AS ok,
-                   {_filtered("COUNT(*)", f"{OK} AND {ttft}")} AS ttft_met,
-                   {_filtered("COUNT(*)", f"{OK} AND {tpot}")} AS tpot_met,
-                   {_filtered("COUNT(*)", f"{OK} AND {e2e}")} AS e2e_met,
-                   {_filtered("COUNT(*)", f"{OK} AND {ttft} AND {tpot} AND {e2e}")} AS met,
-                   MIN(q.sent_at) AS first_sent,
-                   MAX(q.done_at) AS last_done
-            FROM requests q WHERE q.run_id IN :run_ids
-            GROUP BY q.run_id
-        ),
-        r AS (SELECT run_id, duration_s, started_at, ended_at FROM runs WHERE run_id IN :run_ids)
-        SELECT a.run_id, a.requests, a.ok, a.ttft_met, a.tpot_met, a.e2e_met, a.met,
-               {_DURATION} AS duration_s,
-               CAST(a.met AS {dbl}) / {_DURATION} AS goodput,
-               CAST(a.met AS {dbl}) / NULLIF(a.requests, 0) AS attainment
-        FROM a JOIN r ON r.run_id = a.run_id
-        ORDER BY a.run_id
+        SELECT q.run_id,
+               COUNT(*) AS requests,
+               {_filtered("COUNT(*)", OK)} AS ok,
+               {_filtered("COUNT(*)", f"{OK} AND {ttft}")} AS ttft_met,
+               {_filtered("COUNT(*)", f"{OK} AND {tpot}")} AS tpot_met,
+               {_filtered("COUNT(*)", f"{OK} AND {e2e}")} AS e2e_met,
+               {_filtered("COUNT(*)", f"{OK} AND {ttft} AND {tpot} AND {e2e}")} AS met
+        FROM requests q WHERE q.run_id IN :run_ids
+        GROUP BY q.run_id
     """
-    params: dict[str, Any] = {"run_ids": ids} | {k: float(thresholds[k]) for k in needed}
-    df = store.read_df(_stmt(sql), params)
-    df["goodput"] = pd.to_numeric(df["goodput"]).astype("float64")
-    df["attainment"] = pd.to_numeric(df["attainment"]).astype("float64")
-    return _coerce(df, ints=("requests", "ok", "ttft_met", "tpot_met", "e2e_met", "met"))
+    df = store.read_df(_stmt(sql), {"run_ids": run_ids, **params})
+    return _coerce(df, ints=_MET_COUNTS)
 
 
 def request_samples(store: Store, run_ids: Sequence[str], limit: int = 20_000) -> pd.DataFrame:

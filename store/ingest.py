@@ -31,7 +31,7 @@ import sqlalchemy as sa
 
 import settings
 from errors import InputError, StoreError, StoreLockedError
-from store import schema
+from store import rollups, schema
 
 if TYPE_CHECKING:
     from store.db import Store
@@ -107,9 +107,15 @@ def delete_run(store: Store, run_id: str) -> None:
         _delete_run(conn, run_id)
 
 
-def _delete_run(conn: sa.Connection, run_id: str) -> None:
+def _delete_run(conn: sa.Connection, run_id: str) -> int:
+    """Delete the run and its rows; return the data_version it had (0 when it was not stored)."""
+    version = conn.execute(
+        sa.select(schema.runs.c.data_version).where(schema.runs.c.run_id == run_id)
+    ).scalar()
+    rollups.forget(conn, run_id)
     for table in (schema.token_gaps, schema.requests, schema.runs):
         conn.execute(sa.delete(table).where(table.c.run_id == run_id))
+    return int(version or 0)
 
 
 @dataclass(frozen=True)
@@ -135,8 +141,14 @@ def replace_runs(
     with store.connect() as conn:
         for item in runs:
             values = _run_values({"source": "servescope", **item.run})
-            _delete_run(conn, values["run_id"])
-            conn.execute(sa.insert(schema.runs).values(**{"created_at": time.time(), **values}))
+            # the new copy continues the old one's data_version, so that a rollup computed
+            # from the old rows can never pass for the new ones
+            version = _delete_run(conn, values["run_id"]) + 1
+            conn.execute(
+                sa.insert(schema.runs).values(
+                    **{"created_at": time.time(), **values, "data_version": version}
+                )
+            )
             # the run's rows were just deleted: no need to look for duplicates
             if item.requests is not None and len(item.requests):
                 _bulk_insert(conn, schema.requests, item.requests, fresh=True)
@@ -179,6 +191,8 @@ def _bulk_insert(conn: sa.Connection, table: sa.Table, rows: Rows, *, fresh: boo
     df = _frame(table, rows)
     if not len(df):
         return 0
+    if table.name in ("requests", "token_gaps"):  # their runs' stored rollups go stale
+        rollups.touch(conn, [str(r) for r in pd.unique(df["run_id"])])
     if conn.dialect.name == "duckdb":
         return _duckdb_insert(conn, table, df, fresh=fresh)
     if conn.dialect.name == "postgresql":

@@ -13,24 +13,17 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 import pandas as pd
 import sqlalchemy as sa
 
 from errors import InputError
+from store import rollups, run_stats
 from store.db import Store
-from store.queries import (
-    _DURATION,
-    BUCKET_QUANTILES,
-    OK,
-    _coerce,
-    _dist_columns,
-    _pcts,
-    _qname,
-    latency_by_bucket,
-)
+from store.queries import latency_by_bucket
+from store.sql import BUCKET_QUANTILES, OK, _coerce, _dist_columns, _pcts, _qname
 
 #: The request metrics reported per bucket (ITL pools ``token_gaps``).
 BUCKET_METRICS: Final[tuple[str, ...]] = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
@@ -60,6 +53,22 @@ def _scope(
         where.append(f"{alias}.sent_at < :until")
         params["until"] = float(until)
     return where, params
+
+
+def _whole_run(
+    store: Store,
+    run_ids: Sequence[str],
+    since: float | None,
+    until: float | None,
+    kind: str,
+    params: dict[str, Any],
+    compute: Callable[[], pd.DataFrame],
+) -> pd.DataFrame:
+    """``compute()``, kept as a rollup of the run when it covers one whole run (the page's
+    default view, asked for again and again); windows and several runs are computed each time."""
+    if len(run_ids) == 1 and since is None and until is None:
+        return rollups.cached_run(store, str(run_ids[0]), kind, params, compute)
+    return compute()
 
 
 def _read(store: Store, sql: str, params: dict[str, Any]) -> pd.DataFrame:
@@ -110,15 +119,27 @@ def run_list(store: Store, limit: int = 200, run_id: str | None = None) -> pd.Da
 def request_span(
     store: Store, run_ids: Sequence[str], since: float | None = None, until: float | None = None
 ) -> pd.DataFrame:
-    """One row: requests, ok, first_sent, last_sent, last_done (NULLs when there are none)."""
+    """One row: requests, ok, first_sent, last_sent, last_done (NULLs when there are none).
+    Whole runs are read from their stored summaries (``store.run_stats``)."""
     where, params = _scope(run_ids, since, until)
-    sql = f"""
-        SELECT COUNT(*) AS requests, {_ok_count()} AS ok,
-               MIN(q.sent_at) AS first_sent, MAX(q.sent_at) AS last_sent,
-               MAX(q.done_at) AS last_done
-        FROM requests q WHERE {" AND ".join(where)}
-    """
-    df = _read(store, sql, params)
+    if since is None and until is None:
+        stats = run_stats.get(store, run_ids)
+        row = {
+            "requests": [int(stats["requests"].sum())],
+            "ok": [int(stats["ok"].sum())],
+            "first_sent": [stats["first_sent"].min()],
+            "last_sent": [stats["last_sent"].max()],
+            "last_done": [stats["last_done"].max()],
+        }
+        df = pd.DataFrame(row)
+    else:
+        sql = f"""
+            SELECT COUNT(*) AS requests, {_ok_count()} AS ok,
+                   MIN(q.sent_at) AS first_sent, MAX(q.sent_at) AS last_sent,
+                   MAX(q.done_at) AS last_done
+            FROM requests q WHERE {" AND ".join(where)}
+        """
+        df = _read(store, sql, params)
     for col in ("first_sent", "last_sent", "last_done"):
         df[col] = pd.to_numeric(df[col]).astype("float64")
     return _coerce(df, ints=("requests", "ok"))
@@ -168,6 +189,28 @@ def bucket_latency(
             f"unknown metrics {unknown or list(metrics)}",
             hint=f"choose from {', '.join(BUCKET_METRICS)}",
         )
+    _case(BY_COLUMN[by], edges, {})  # validates the edges
+    key = {"edges": [int(e) for e in edges], "by": by, "metrics": list(metrics)}
+    return _whole_run(
+        store,
+        run_ids,
+        since,
+        until,
+        "bucket_latency",
+        key,
+        lambda: _bucket_latency(store, run_ids, edges, by, since, until, metrics),
+    )
+
+
+def _bucket_latency(
+    store: Store,
+    run_ids: Sequence[str],
+    edges: Sequence[int],
+    by: str,
+    since: float | None,
+    until: float | None,
+    metrics: Sequence[str],
+) -> pd.DataFrame:
     column = BY_COLUMN[by]
     where, params = _scope(run_ids, since, until)
     case = _case(column, edges, params)
@@ -253,6 +296,29 @@ def ttft_heatmap(
     """
     if window_s <= 0:
         raise InputError(f"window must be positive, got {window_s!r} s")
+    _scope(run_ids, since, until)
+    _case("input_tokens", edges, {})
+    key = {"edges": [int(e) for e in edges], "t0": float(t0), "window_s": float(window_s)}
+    return _whole_run(
+        store,
+        run_ids,
+        since,
+        until,
+        "ttft_heatmap",
+        key,
+        lambda: _ttft_heatmap(store, run_ids, edges, t0, window_s, since, until),
+    )
+
+
+def _ttft_heatmap(
+    store: Store,
+    run_ids: Sequence[str],
+    edges: Sequence[int],
+    t0: float,
+    window_s: float,
+    since: float | None,
+    until: float | None,
+) -> pd.DataFrame:
     where, params = _scope(run_ids, since, until)
     case = _case("input_tokens", edges, params)
     params.update({"t0": float(t0), "w": float(window_s)})
@@ -288,6 +354,27 @@ def latency_timeline(
     e2e_p99_ms, output_tokens; columns window, window_start (epoch s) first."""
     if window_s <= 0:
         raise InputError(f"window must be positive, got {window_s!r} s")
+    _scope(run_ids, since, until)
+    key = {"t0": float(t0), "window_s": float(window_s)}
+    return _whole_run(
+        store,
+        run_ids,
+        since,
+        until,
+        "latency_timeline",
+        key,
+        lambda: _latency_timeline(store, run_ids, t0, window_s, since, until),
+    )
+
+
+def _latency_timeline(
+    store: Store,
+    run_ids: Sequence[str],
+    t0: float,
+    window_s: float,
+    since: float | None,
+    until: float | None,
+) -> pd.DataFrame:
     where, params = _scope(run_ids, since, until)
     params.update({"t0": float(t0), "w": float(window_s)})
     d = store.dialect
@@ -334,8 +421,11 @@ def request_sample(
         raise InputError(f"limit must be at least 1, got {limit}")
     where, params = _scope(run_ids, since, until)
     cond = " AND ".join(where)
-    count = _read(store, f"SELECT COUNT(*) AS c FROM requests q WHERE {cond}", params)
-    total = int(count["c"].iloc[0] or 0)
+    if since is None and until is None:
+        total = int(run_stats.get(store, run_ids)["requests"].sum())
+    else:
+        count = _read(store, f"SELECT COUNT(*) AS c FROM requests q WHERE {cond}", params)
+        total = int(count["c"].iloc[0] or 0)
     stride = max(1, -(-total // int(limit)))
     params.update({"k": stride, "limit": int(limit)})
     sql = f"""
@@ -344,8 +434,16 @@ def request_sample(
         ORDER BY q.sent_at, q.run_id, q.seq
         LIMIT :limit
     """
-    df = _read(store, sql, params)
-    return _coerce(df, ints=("seq",)), stride
+    df = _whole_run(
+        store,
+        run_ids,
+        since,
+        until,
+        "request_sample",
+        {"k": stride, "limit": int(limit)},
+        lambda: _coerce(_read(store, sql, params), ints=("seq",)),
+    )
+    return df, stride
 
 
 def slowest_requests(
@@ -372,7 +470,15 @@ def slowest_requests(
         ORDER BY q.{metric} DESC, q.run_id, q.seq
         LIMIT :n
     """
-    df = _coerce(_read(store, sql, params), ints=("seq",))
+    df = _whole_run(
+        store,
+        run_ids,
+        since,
+        until,
+        "slowest_requests",
+        {"n": int(n), "metric": metric},
+        lambda: _coerce(_read(store, sql, params), ints=("seq",)),
+    ).copy()
     df.insert(0, "rank", range(1, len(df) + 1))
     return df
 
@@ -398,11 +504,15 @@ def in_flight_at(store: Store, run_id: str, instants: Sequence[float]) -> pd.Dat
         SELECT {counts} FROM requests q
         WHERE q.run_id = :run_id AND q.sent_at <= :hi AND (q.done_at > :lo OR q.done_at IS NULL)
     """
-    row = store.read_df(sql, params).iloc[0]
-    values = [int(row[f"c{i}"] or 0) for i in range(len(ts))]
-    return pd.DataFrame(
-        {"t": pd.Series(ts, dtype="float64"), "in_flight": pd.Series(values, dtype="int64")}
-    )
+
+    def compute() -> pd.DataFrame:
+        row = store.read_df(sql, params).iloc[0]
+        values = [int(row[f"c{i}"] or 0) for i in range(len(ts))]
+        return pd.DataFrame(
+            {"t": pd.Series(ts, dtype="float64"), "in_flight": pd.Series(values, dtype="int64")}
+        )
+
+    return rollups.cached_run(store, run_id, "in_flight_at", {"instants": ts}, compute)
 
 
 # --- the series a run belongs to ---------------------------------------------------------------
@@ -448,25 +558,13 @@ def load_levels(store: Store, run_id: str) -> pd.DataFrame:
             c: (None if pd.isna(row[c]) else row[c])
             for c in ("endpoint", "framework", "model", "workload")
         }
-    sql = f"""
-        WITH r AS (
-            SELECT r.run_id, r.concurrency, r.target_rate, r.client_bound, r.started_at,
-                   r.ended_at, r.duration_s, r.client_params
-            FROM runs r WHERE {cond}
-        ),
-        a AS (
-            SELECT q.run_id, {_ok_count()} AS ok,
-                   SUM(q.output_tokens) FILTER (WHERE {OK}) AS output_tokens,
-                   MIN(q.sent_at) AS first_sent, MAX(q.done_at) AS last_done
-            FROM requests q JOIN r ON r.run_id = q.run_id GROUP BY q.run_id
-        )
-        SELECT r.run_id, r.concurrency, r.target_rate, r.client_bound, r.started_at,
-               r.ended_at, r.client_params, {_DURATION} AS duration_s,
-               CAST(a.ok AS DOUBLE PRECISION) / {_DURATION} AS request_throughput,
-               CAST(a.output_tokens AS DOUBLE PRECISION) / {_DURATION} AS output_throughput
-        FROM r JOIN a ON a.run_id = r.run_id
-    """
-    df = store.read_df(sql, params)
+    runs = store.read_df(
+        "SELECT r.run_id, r.concurrency, r.target_rate, r.client_bound, r.started_at, "
+        f"r.ended_at, r.duration_s, r.gpu_count, r.client_params FROM runs r WHERE {cond}",
+        params,
+    )
+    df = run_stats.figures(runs, run_stats.get(store, runs["run_id"].tolist()))
+    df = df[df["requests"] > 0]  # runs that measured nothing are no load level
     bench = _bench_id(row["client_params"])
     if bench is not None and not (isinstance(row["sweep_id"], str) and row["sweep_id"]):
         same = df[[_bench_id(v) == bench for v in df["client_params"]]]

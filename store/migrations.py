@@ -63,9 +63,15 @@ def _gpu_reserved_memory(conn: sa.Connection) -> None:
     )
 
 
+def _run_rollups(conn: sa.Connection) -> None:
+    conn.execute(sa.text("ALTER TABLE runs ADD COLUMN IF NOT EXISTS data_version BIGINT DEFAULT 0"))
+    schema.run_rollups.create(conn, checkfirst=True)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     (1, "initial schema", _initial),
     (2, "gpu_samples.mem_reserved_bytes (NVML / DCGM reserved memory)", _gpu_reserved_memory),
+    (3, "runs.data_version and run_rollups (stored per-run summaries)", _run_rollups),
 )
 
 

@@ -16,31 +16,25 @@ constants of this module (column names from a fixed map, percentile fractions).
 from __future__ import annotations
 
 import itertools
-import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Final
 
+import numpy as np
 import pandas as pd
 import sqlalchemy as sa
 
 from errors import InputError
+from store import run_stats
 from store.db import Store
-
-#: Percentiles (fractions) reported per run in run_detail / run_itl_summary.
-DETAIL_QUANTILES: Final[tuple[float, ...]] = (0.5, 0.9, 0.95, 0.99)
-
-#: Percentiles (fractions) reported per input-length bucket (P50 … P99.9).
-BUCKET_QUANTILES: Final[tuple[float, ...]] = (0.5, 0.9, 0.95, 0.99, 0.999)
-
-#: Per-request metrics that can be sampled for distributions, and where they live.
-SAMPLE_METRICS: Final[Mapping[str, str]] = {
-    "ttft_ms": "ttft_ms",
-    "tpot_ms": "tpot_ms",
-    "e2e_ms": "e2e_ms",
-    "itl_ms": "gap_ms",  # token_gaps.gap_ms, pooled
-}
-
-OK: Final = "q.status = 'ok'"
+from store.sql import (
+    BUCKET_QUANTILES,
+    OK,
+    SAMPLE_METRICS,
+    _coerce,
+    _dist_columns,
+    _json_object,
+    _qname,
+)
 
 _RUN_COLUMNS: Final = (
     "run_id, name, source, framework, framework_version, model, gpu_name, gpu_count, endpoint, "
@@ -48,92 +42,6 @@ _RUN_COLUMNS: Final = (
     "ended_at, duration_s, status, client_bound, client_bound_reason, achieved_rate, "
     "output_tokens_estimated, engine_params, client_params, notes, tags, created_at"
 )
-
-
-# --- SQL building blocks ---------------------------------------------------------------------
-
-
-def _pcts(dialect: str, expr: str, qs: Sequence[float], cond: str | None = None) -> list[str]:
-    """Continuous (linearly interpolated) percentiles of ``expr``, one SQL expression per q.
-
-    The expressions share one aggregate over the whole list of fractions (DuckDB
-    ``quantile_cont(x, [..])``, PostgreSQL ``percentile_cont(ARRAY[..]) WITHIN GROUP``), which
-    both engines compute once per group: one sort instead of one per percentile.
-    """
-    for q in qs:
-        if not 0.0 <= q <= 1.0:
-            raise ValueError(f"quantile must be within 0..1, got {q!r}")
-    listed = ", ".join(repr(float(q)) for q in qs)
-    if dialect == "postgresql":
-        agg = f"percentile_cont(ARRAY[{listed}]::double precision[]) WITHIN GROUP (ORDER BY {expr})"
-    else:  # duckdb
-        agg = f"quantile_cont({expr}, [{listed}])"
-    agg = _filtered(agg, cond)
-    return [f"({agg})[{i}]" for i in range(1, len(qs) + 1)]
-
-
-def _filtered(agg: str, cond: str | None) -> str:
-    return agg + (f" FILTER (WHERE {cond})" if cond else "")
-
-
-def _dist_columns(
-    dialect: str,
-    expr: str,
-    prefix: str,
-    cond: str | None,
-    quantiles: Sequence[float] = DETAIL_QUANTILES,
-) -> list[str]:
-    """``{prefix}_n, {prefix}_mean_ms, {prefix}_p50_ms …`` aggregate columns over ``expr`` (ms)."""
-    cols = [
-        f"{_filtered(f'COUNT({expr})', cond)} AS {prefix}_n",
-        f"{_filtered(f'AVG({expr})', cond)} AS {prefix}_mean_ms",
-    ]
-    for q, pct in zip(quantiles, _pcts(dialect, expr, quantiles, cond), strict=True):
-        cols.append(f"{pct} AS {prefix}_{_qname(q)}_ms")
-    return cols
-
-
-def _qname(q: float) -> str:
-    """0.5 → p50, 0.99 → p99, 0.999 → p99_9."""
-    text = f"{q * 100:.3f}".rstrip("0").rstrip(".")
-    return "p" + text.replace(".", "_")
-
-
-#: Throughput (ARCHITECTURE §5) over a relation ``j`` with ok, input_tokens, output_tokens,
-#: gpu_count and run_duration_s: successful requests and their tokens per second of the run.
-THROUGHPUT_COLUMNS: Final = """
-    CAST(COALESCE(j.ok, 0) AS DOUBLE PRECISION) / j.run_duration_s AS request_throughput,
-    CAST(COALESCE(j.output_tokens, 0) AS DOUBLE PRECISION) / j.run_duration_s
-        AS output_throughput,
-    CAST(COALESCE(j.input_tokens, 0) + COALESCE(j.output_tokens, 0) AS DOUBLE PRECISION)
-        / j.run_duration_s AS total_token_throughput,
-    CAST(COALESCE(j.output_tokens, 0) AS DOUBLE PRECISION)
-        / j.run_duration_s / NULLIF(j.gpu_count, 0) AS output_throughput_per_gpu"""
-
-_DURATION: Final = (
-    "COALESCE(NULLIF(r.duration_s, 0), NULLIF(r.ended_at - r.started_at, 0), "
-    "NULLIF(a.last_done - a.first_sent, 0))"
-)
-
-
-def _coerce(
-    df: pd.DataFrame, *, ints: Sequence[str] = (), bools: Sequence[str] = ()
-) -> pd.DataFrame:
-    """Give both dialects' results the same dtypes: ints (NULL → 0), bools (nullable), floats."""
-    for col in ints:
-        if col in df:
-            df[col] = pd.to_numeric(df[col]).fillna(0).astype("int64")
-    for col in bools:
-        if col in df:
-            df[col] = df[col].astype("boolean")
-    float_like = [
-        c
-        for c in df.columns
-        if c not in ints and c.endswith(("_ms", "_s", "_throughput", "_rate", "_at", "_per_gpu"))
-    ]
-    for col in float_like:
-        df[col] = pd.to_numeric(df[col]).astype("float64")
-    return df
 
 
 # --- the store as a whole --------------------------------------------------------------------
@@ -170,78 +78,63 @@ def latest_runs(store: Store, limit: int = 50) -> pd.DataFrame:
     client_bound_reason, requests, ok, errors, output_tokens, duration_s, output_throughput
     (tokens/s), request_throughput (requests/s), ttft_n, ttft_p50_ms, ttft_p99_ms, tpot_n,
     tpot_p50_ms, tpot_p99_ms — percentiles over successful requests — and aggregates_only (an
-    import that holds only the tool's own aggregates, no per-request rows).
+    import that holds only the tool's own aggregates, no per-request rows). The figures come
+    from each run's stored summary (``store.run_stats``).
     """
     if limit < 1:
         raise InputError(f"limit must be at least 1, got {limit}")
-    d = store.dialect
-    ttft_p50, ttft_p99 = _pcts(d, "q.ttft_ms", (0.5, 0.99), OK)
-    tpot_p50, tpot_p99 = _pcts(d, "q.tpot_ms", (0.5, 0.99), OK)
-    pct_cols = ",\n".join(
-        [
-            f"{_filtered('COUNT(q.ttft_ms)', OK)} AS ttft_n",
-            f"{ttft_p50} AS ttft_p50_ms",
-            f"{ttft_p99} AS ttft_p99_ms",
-            f"{_filtered('COUNT(q.tpot_ms)', OK)} AS tpot_n",
-            f"{tpot_p50} AS tpot_p50_ms",
-            f"{tpot_p99} AS tpot_p99_ms",
-        ]
-    )
-    sql = f"""
-        WITH latest AS (
-            SELECT run_id, name, source, framework, framework_version, model, gpu_name,
-                   gpu_count, workload, arrival, concurrency, target_rate, started_at, ended_at,
-                   duration_s, created_at, status, client_bound, client_bound_reason,
-                   tool_summary
-            FROM runs
-            ORDER BY COALESCE(started_at, created_at) DESC NULLS LAST, run_id
-            LIMIT :limit
-        ),
-        a AS (
-            SELECT q.run_id,
-                   COUNT(*) AS requests,
-                   {_filtered("COUNT(*)", OK)} AS ok,
-                   {_filtered("SUM(q.output_tokens)", OK)} AS output_tokens,
-                   MIN(q.sent_at) AS first_sent,
-                   MAX(q.done_at) AS last_done,
-                   {pct_cols}
-            FROM requests q JOIN latest l ON l.run_id = q.run_id
-            GROUP BY q.run_id
-        ),
-        j AS (
-            SELECT r.*, a.requests, a.ok, a.output_tokens, a.ttft_n, a.ttft_p50_ms,
-                   a.ttft_p99_ms, a.tpot_n, a.tpot_p50_ms, a.tpot_p99_ms,
-                   {_DURATION} AS run_duration_s
-            FROM latest r LEFT JOIN a ON a.run_id = r.run_id
-        )
+    sql = """
         SELECT run_id, name, source, framework, framework_version, model, gpu_name, gpu_count,
-               workload, arrival, concurrency, target_rate, started_at, status, client_bound,
-               client_bound_reason, tool_summary,
-               COALESCE(requests, 0) AS requests,
-               COALESCE(ok, 0) AS ok,
-               COALESCE(requests, 0) - COALESCE(ok, 0) AS errors,
-               COALESCE(output_tokens, 0) AS output_tokens,
-               run_duration_s AS duration_s,
-               CAST(COALESCE(output_tokens, 0) AS DOUBLE PRECISION) / run_duration_s
-                   AS output_throughput,
-               CAST(COALESCE(ok, 0) AS DOUBLE PRECISION) / run_duration_s AS request_throughput,
-               ttft_n, ttft_p50_ms, ttft_p99_ms, tpot_n, tpot_p50_ms, tpot_p99_ms
-        FROM j
+               workload, arrival, concurrency, target_rate, started_at, ended_at, duration_s,
+               status, client_bound, client_bound_reason, tool_summary
+        FROM runs
         ORDER BY COALESCE(started_at, created_at) DESC NULLS LAST, run_id
+        LIMIT :limit
     """
-    df = store.read_df(sql, {"limit": int(limit)})
-    summaries = [_json_object(v) for v in df.pop("tool_summary").tolist()]
+    runs = store.read_df(sql, {"limit": int(limit)})
+    df = run_stats.figures(runs, run_stats.get(store, runs["run_id"].tolist()))
+    summaries = [_json_object(v) for v in df["tool_summary"].tolist()]
     df["aggregates_only"] = pd.Series(
         [bool(t and t.get("aggregates_only")) for t in summaries], index=df.index, dtype=bool
     )
-    return _coerce(
-        df,
-        ints=("requests", "ok", "errors", "output_tokens", "ttft_n", "tpot_n"),
-        bools=("client_bound",),
-    )
+    columns = [
+        *(c for c in runs.columns if c not in ("ended_at", "duration_s", "tool_summary")),
+        "requests",
+        "ok",
+        "errors",
+        "output_tokens",
+        "duration_s",
+        "output_throughput",
+        "request_throughput",
+        "ttft_n",
+        "ttft_p50_ms",
+        "ttft_p99_ms",
+        "tpot_n",
+        "tpot_p50_ms",
+        "tpot_p99_ms",
+        "aggregates_only",
+    ]
+    return _coerce(df[columns].reset_index(drop=True), bools=("client_bound",))
 
 
 # --- one run ---------------------------------------------------------------------------------
+
+#: What run_detail adds to the run's own columns (its summary without ITL, see run_itl_summary).
+_DETAIL_FIGURES: Final = (
+    "requests",
+    "ok",
+    "errors",
+    "timeouts",
+    "cancelled",
+    "input_tokens",
+    "output_tokens",
+    "duration_s",
+    "request_throughput",
+    "output_throughput",
+    "total_token_throughput",
+    "output_throughput_per_gpu",
+    *(c for c in run_stats.COLUMNS if c.startswith(("ttft_", "tpot_", "e2e_", "lag_"))),
+)
 
 
 def run_detail(store: Store, run_id: str) -> pd.DataFrame:
@@ -252,56 +145,12 @@ def run_detail(store: Store, run_id: str) -> pd.DataFrame:
     total_token_throughput, output_throughput_per_gpu, and for ttft/tpot/e2e/lag the sample count
     ``*_n``, ``*_mean_ms`` and ``*_p50_ms … *_p99_ms`` (successful requests; lag: all).
     """
-    d = store.dialect
-    dist = ",\n".join(
-        _dist_columns(d, "q.ttft_ms", "ttft", OK)
-        + _dist_columns(d, "q.tpot_ms", "tpot", OK)
-        + _dist_columns(d, "q.e2e_ms", "e2e", OK)
-        + _dist_columns(d, "q.lag_ms", "lag", None)
+    runs = store.read_df(
+        f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = :run_id", {"run_id": run_id}
     )
-    sql = f"""
-        WITH r AS (SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = :run_id),
-        a AS (
-            SELECT COUNT(*) AS requests,
-                   {_filtered("COUNT(*)", OK)} AS ok,
-                   {_filtered("COUNT(*)", "q.status = 'timeout'")} AS timeouts,
-                   {_filtered("COUNT(*)", "q.status = 'cancelled'")} AS cancelled,
-                   {_filtered("SUM(q.input_tokens)", OK)} AS input_tokens,
-                   {_filtered("SUM(q.output_tokens)", OK)} AS output_tokens,
-                   MIN(q.sent_at) AS first_sent,
-                   MAX(q.done_at) AS last_done,
-                   {dist}
-            FROM requests q WHERE q.run_id = :run_id
-        ),
-        j AS (
-            SELECT r.*, a.*, {_DURATION} AS run_duration_s FROM r CROSS JOIN a
-        )
-        SELECT j.*,
-               j.requests - COALESCE(j.ok, 0) AS errors,
-               {THROUGHPUT_COLUMNS}
-        FROM j
-    """
-    df = store.read_df(sql, {"run_id": run_id})
-    df = df.drop(columns=["duration_s", "first_sent", "last_done"], errors="ignore").rename(
-        columns={"run_duration_s": "duration_s"}
-    )
-    return _coerce(
-        df,
-        ints=(
-            "requests",
-            "ok",
-            "errors",
-            "timeouts",
-            "cancelled",
-            "input_tokens",
-            "output_tokens",
-            "ttft_n",
-            "tpot_n",
-            "e2e_n",
-            "lag_n",
-        ),
-        bools=("client_bound", "output_tokens_estimated"),
-    )
+    df = run_stats.figures(runs, run_stats.get(store, runs["run_id"].tolist()))
+    keep = [c for c in runs.columns if c not in ("duration_s",)] + list(_DETAIL_FIGURES)
+    return _coerce(df[keep], bools=("client_bound", "output_tokens_estimated"))
 
 
 def run_tool_summary(store: Store, run_id: str) -> pd.DataFrame:
@@ -318,32 +167,19 @@ def run_tool_summary(store: Store, run_id: str) -> pd.DataFrame:
     return df
 
 
-def _json_object(value: Any) -> dict[str, Any] | None:
-    if isinstance(value, dict):
-        return value
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = json.loads(value)
-    except json.JSONDecodeError:
-        return None
-    return parsed if isinstance(parsed, dict) else None
-
-
 def run_itl_summary(store: Store, run_id: str) -> pd.DataFrame:
-    """Pooled inter-token latency of a run's successful requests, from ``token_gaps``.
+    """Pooled inter-token latency of a run's requests that did not fail, from ``token_gaps``
+    (through the run's stored summary).
 
     One row: itl_n, itl_mean_ms, itl_p50_ms … itl_p99_ms; itl_n = 0 and NULLs when
     the run has no recorded gaps (e.g. an import without per-chunk timings).
     """
-    cols = ",\n".join(_dist_columns(store.dialect, "g.gap_ms", "itl", None))
-    sql = f"""
-        SELECT {cols}
-        FROM token_gaps g
-        JOIN requests q ON q.run_id = g.run_id AND q.seq = g.seq
-        WHERE g.run_id = :run_id AND {OK}
-    """
-    return _coerce(store.read_df(sql, {"run_id": run_id}), ints=("itl_n",))
+    cols = [c for c in run_stats.COLUMNS if c.startswith("itl_")]
+    stats = run_stats.get(store, [run_id])
+    if stats.empty:
+        row = {c: [0 if c == "itl_n" else np.nan] for c in cols}
+        return _coerce(pd.DataFrame(row), ints=("itl_n",))
+    return _coerce(stats[cols].reset_index(drop=True), ints=("itl_n",))
 
 
 def run_requests(store: Store, run_id: str, limit: int = 5000) -> pd.DataFrame:

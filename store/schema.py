@@ -57,6 +57,9 @@ runs = sa.Table(
     sa.Column("notes", sa.Text),
     sa.Column("tags", sa.Text),  # JSON list
     sa.Column("created_at", DOUBLE),
+    # bumped in the transaction that writes any of the run's requests or token gaps
+    # (migration 3); stored rollups are valid only for the version they were computed at
+    sa.Column("data_version", sa.BigInteger, server_default="0"),
 )
 
 requests = sa.Table(
@@ -158,6 +161,20 @@ sweeps = sa.Table(
     sa.Column("created_at", DOUBLE),
 )
 
+run_rollups = sa.Table(
+    # results computed from a run's rows (its summary, per-bucket percentiles, ...), kept so a
+    # cold dashboard does not re-aggregate millions of rows; see store.rollups (migration 3)
+    "run_rollups",
+    metadata,
+    sa.Column("run_id", sa.Text, primary_key=True),
+    sa.Column("kind", sa.Text, primary_key=True),  # e.g. run_stats, bucket_latency
+    sa.Column("params", sa.Text, primary_key=True),  # canonical JSON of the read's arguments
+    sa.Column("data_version", sa.BigInteger, nullable=False),  # runs.data_version it reflects
+    sa.Column("payload", sa.LargeBinary, nullable=False),  # Arrow IPC stream of the result
+    sa.Column("computed_at", DOUBLE),
+    sa.Column("compute_ms", DOUBLE),  # what it cost to compute (what the rollup saves)
+)
+
 # --- catalog (seeded idempotently from seeds/*.toml; rows with origin='user' are never reseeded)
 
 
@@ -235,4 +252,5 @@ CATALOG_TABLES: dict[str, sa.Table] = {
 # column order of the bulk-write tables (the ingest fast paths rely on it)
 REQUEST_COLUMNS: tuple[str, ...] = tuple(c.name for c in requests.columns)
 TOKEN_GAP_COLUMNS: tuple[str, ...] = tuple(c.name for c in token_gaps.columns)
-RUN_COLUMNS: tuple[str, ...] = tuple(c.name for c in runs.columns)
+# the fields a run is written with (data_version is the store's own bookkeeping)
+RUN_COLUMNS: tuple[str, ...] = tuple(c.name for c in runs.columns if c.name != "data_version")

@@ -190,3 +190,10 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         url = server.create_database(f"t_{uuid.uuid4().hex[:16]}")
     with _dispose_engines_on_exit():
         yield url
+
+
+@pytest.fixture(autouse=True)
+def _store_every_rollup(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keep every rollup however cheap (production keeps those over 50 ms), so that every test
+    that reads a run twice also reads its stored rollup back (and sees it invalidated)."""
+    monkeypatch.setenv("SERVESCOPE_ROLLUP_MIN_MS", "0")

@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 from errors import ConfigError, InputError, StoreLockedError
-from store import catalog, ingest, migrations, queries_admin, schema
+from store import catalog, ingest, migrations, queries_admin, run_stats, schema
 from store.db import Store
 
 
@@ -222,18 +222,28 @@ def test_replace_runs_is_one_transaction(store_url: str) -> None:
     assert queries_admin.table_counts(store)["requests"] == 12
 
 
-def test_migration_2_upgrades_a_version_1_store(tmp_path: Path) -> None:
+def test_migrations_upgrade_a_version_1_store_keeping_its_runs(tmp_path: Path) -> None:
     url = f"duckdb:///{tmp_path / 'old.duckdb'}"
     old = Store(sa.create_engine(url, poolclass=sa.pool.NullPool))
-    with old.connect() as conn:  # a store as migration 1 left it, before gpu reserved memory
+    with old.connect() as conn:  # a store as migration 1 left it (before migrations 2 and 3)
         migrations.MIGRATIONS[0][2](conn)
         conn.execute(sa.text("ALTER TABLE gpu_samples DROP COLUMN mem_reserved_bytes"))
+        conn.execute(sa.text("ALTER TABLE runs DROP COLUMN data_version"))
+        conn.execute(sa.text("DROP TABLE run_rollups"))
         conn.execute(
             sa.insert(schema.schema_version).values(version=1, name="initial", applied_at=0.0)
         )
-    assert migrations.migrate(old) == 2
+        conn.execute(sa.text("INSERT INTO runs (run_id, source) VALUES ('old', 'servescope')"))
+        conn.execute(
+            sa.text("INSERT INTO requests (run_id, seq, status, ttft_ms) VALUES ('old', 0, 'ok', 7)")
+        )
+    assert migrations.migrate(old) == len(migrations.MIGRATIONS) == 3
     ingest.add_rows(
         old, "gpu_samples", [{"host": "h", "gpu_index": 0, "ts": 1.0, "mem_reserved_bytes": 5.0}]
     )
     assert old.read_df("SELECT mem_reserved_bytes FROM gpu_samples")["mem_reserved_bytes"][0] == 5
+    # the old run reads (data_version NULL/0 on old rows), and a new write invalidates it
+    assert run_stats.get(old, ["old"])["ttft_p50_ms"].tolist() == [7.0]
+    ingest.add_requests(old, [{"run_id": "old", "seq": 1, "status": "ok", "ttft_ms": 9.0}])
+    assert run_stats.get(old, ["old"])["ttft_p50_ms"].tolist() == [8.0]
     old.dispose()

@@ -1,0 +1,185 @@
+"""Stored per-run rollups (store.rollups, store.run_stats): served while fresh, invalidated by
+every write of the run's rows, never served after a racing write, best effort on a lock."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from errors import ConfigError
+from store import compare_queries, ingest, latency_queries, rollups, run_stats
+from store.db import Store
+
+_HOLDER = textwrap.dedent(
+    """
+    import sys, duckdb
+    con = duckdb.connect(sys.argv[1])
+    print("locked", flush=True)
+    sys.stdin.readline()
+    con.close()
+    """
+)
+
+
+def _requests(run_id: str, ttfts: list[float], start: int = 0) -> pd.DataFrame:
+    n = len(ttfts)
+    return pd.DataFrame(
+        {
+            "run_id": run_id,
+            "seq": np.arange(start, start + n),
+            "sent_at": 1000.0 + np.arange(start, start + n, dtype="float64"),
+            "done_at": 1000.5 + np.arange(start, start + n, dtype="float64"),
+            "input_tokens": 100,
+            "output_tokens": 10,
+            "ttft_ms": ttfts,
+            "tpot_ms": 5.0,
+            "e2e_ms": [t + 45.0 for t in ttfts],
+            "status": "ok",
+        }
+    )
+
+
+class Counter:
+    """A compute function for ``cached_runs`` that counts the runs it was asked for."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.asked: list[list[str]] = []
+
+    def __call__(self, ids: list[str]) -> pd.DataFrame:
+        self.asked.append(list(ids))
+        return run_stats.compute(self.store, ids)
+
+
+@pytest.fixture
+def store(store_url: str) -> Store:
+    s = Store.open(store_url)
+    for run_id, ttfts in (("a", [10.0, 20.0, 30.0]), ("b", [100.0, 300.0])):
+        ingest.add_run(s, {"run_id": run_id, "started_at": 1000.0, "gpu_count": 2})
+        ingest.add_requests(s, _requests(run_id, ttfts))
+    ingest.add_run(s, {"run_id": "empty"})
+    return s
+
+
+def test_served_from_the_store_until_the_runs_rows_change(store: Store) -> None:
+    count = Counter(store)
+    first = rollups.cached_runs(store, ["b", "a", "empty"], "t", {}, count)
+    assert count.asked == [["b", "a", "empty"]]
+    assert first["run_id"].tolist() == ["b", "a"]  # in the order asked; no row for no requests
+    again = rollups.cached_runs(store, ["a", "b", "empty"], "t", {}, count)
+    assert count.asked == [["b", "a", "empty"]]  # nothing recomputed, not even the empty run
+    assert again["run_id"].tolist() == ["a", "b"]
+    pd.testing.assert_frame_equal(again.iloc[[1, 0]].reset_index(drop=True), first)
+    # other parameters are another rollup
+    rollups.cached_runs(store, ["a"], "t", {"x": 1}, count)
+    assert count.asked[-1] == ["a"]
+
+    ingest.add_requests(store, _requests("a", [40.0], start=3))  # a's rows change
+    third = rollups.cached_runs(store, ["a", "b"], "t", {}, count)
+    assert count.asked[-1] == ["a"]  # only the changed run is aggregated again
+    assert third.set_index("run_id").loc["a", "requests"] == 4
+    assert third.set_index("run_id").loc["a", "ttft_p50_ms"] == pytest.approx(25.0)
+
+
+def test_token_gaps_and_reimports_and_deletes_invalidate(store: Store) -> None:
+    assert run_stats.get(store, ["a"])["itl_n"].tolist() == [0]
+    gaps = pd.DataFrame({"run_id": "a", "seq": [0, 0, 1], "idx": [0, 1, 0], "gap_ms": 2.0})
+    ingest.add_token_gaps(store, gaps)
+    assert run_stats.get(store, ["a"])["itl_n"].tolist() == [3]
+
+    before = int(store.read_df("SELECT data_version FROM runs WHERE run_id = 'a'").iloc[0, 0])
+    # re-imported as aggregates only (no rows): the stored summary must not survive
+    ingest.replace_runs(store, [ingest.RunRows({"run_id": "a"})])
+    after = int(store.read_df("SELECT data_version FROM runs WHERE run_id = 'a'").iloc[0, 0])
+    assert after > before
+    assert "a" not in set(rollups.stored(store)["run_id"])
+    assert run_stats.get(store, ["a"]).empty
+
+    run_stats.get(store, ["b"])
+    assert "b" in set(rollups.stored(store)["run_id"])
+    ingest.delete_run(store, "b")
+    assert "b" not in set(rollups.stored(store)["run_id"])
+
+
+def test_a_result_that_raced_with_a_write_is_never_served(store: Store) -> None:
+    def compute_then_write(ids: list[str]) -> pd.DataFrame:
+        result = run_stats.compute(store, ids)  # aggregated from the rows before the write
+        ingest.add_requests(store, _requests("a", [1000.0], start=10))
+        return result
+
+    stale = rollups.cached_runs(store, ["a"], "run_stats", {}, compute_then_write)
+    assert stale["requests"].tolist() == [3]
+    assert len(rollups.stored(store)) == 1  # kept, but tagged with the version it reflects
+    assert run_stats.get(store, ["a"])["requests"].tolist() == [4]  # not served: recomputed
+
+
+def test_cheap_results_are_not_kept(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SERVESCOPE_ROLLUP_MIN_MS", "60000")
+    assert run_stats.get(store, ["a", "b"])["requests"].tolist() == [3, 2]
+    assert rollups.stored(store).empty
+    monkeypatch.setenv("SERVESCOPE_ROLLUP_MIN_MS", "soon")
+    with pytest.raises(ConfigError, match="SERVESCOPE_ROLLUP_MIN_MS='soon'"):
+        run_stats.get(store, ["a"])
+
+
+def test_single_run_reads_keep_whole_runs_only(store: Store) -> None:
+    whole = latency_queries.bucket_latency(store, ["a"], [50, 500], metrics=("ttft_ms",))
+    kinds = rollups.stored(store)
+    assert (kinds["kind"] == "bucket_latency").sum() == 1
+    # the same read again comes back equal from the store
+    pd.testing.assert_frame_equal(
+        latency_queries.bucket_latency(store, ["a"], [50, 500], metrics=("ttft_ms",)), whole
+    )
+    # a window, or several runs, are computed each time and not kept
+    latency_queries.bucket_latency(store, ["a"], [50, 500], since=1000.5, metrics=("ttft_ms",))
+    latency_queries.bucket_latency(store, ["a", "b"], [50, 500], metrics=("ttft_ms",))
+    assert (rollups.stored(store)["kind"] == "bucket_latency").sum() == 1
+
+
+def test_figures_derive_duration_and_throughput(store: Store) -> None:
+    df = compare_queries.run_aggregates(store, ["a", "empty"])
+    a, empty = df.iloc[0], df.iloc[1]
+    # no duration_s and no ended_at: first send (1000.0) → last completion (1002.5)
+    assert a["duration_s"] == pytest.approx(2.5)
+    assert a["request_throughput"] == pytest.approx(3 / 2.5)
+    assert a["output_throughput_per_gpu"] == pytest.approx(30 / 2.5 / 2)
+    assert empty["requests"] == 0 and np.isnan(empty["error_rate"])
+
+
+def test_a_locked_store_still_answers(tmp_path: Path) -> None:
+    path = tmp_path / "locked.duckdb"
+    store = Store.open(f"duckdb:///{path}", lock_timeout_s=0.3)
+    ingest.add_run(store, {"run_id": "a"})
+    ingest.add_requests(store, _requests("a", [10.0, 20.0]))
+    holder: list[subprocess.Popen[str]] = []
+
+    def compute_then_lock(ids: list[str]) -> pd.DataFrame:
+        result = run_stats.compute(store, ids)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _HOLDER, str(path)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        holder.append(proc)
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "locked"
+        return result
+
+    try:
+        got = rollups.cached_runs(store, ["a"], "run_stats", {}, compute_then_lock)
+        assert got["ttft_p50_ms"].tolist() == [15.0]  # answered although it could not be kept
+    finally:
+        for proc in holder:
+            assert proc.stdin is not None and proc.stdout is not None
+            proc.stdin.write("\n")
+            proc.stdin.close()
+            proc.wait(timeout=10)
+            proc.stdout.close()
+    assert rollups.stored(store).empty
+    store.dispose()
