@@ -21,12 +21,20 @@ ROOT = Path(__file__).resolve().parent
 
 
 def _db_commands(sub: argparse._SubParsersAction) -> None:
-    db = sub.add_parser("db", help="store maintenance: info, migrate, ingest-spool")
+    db = sub.add_parser("db", help="store maintenance: info, migrate, ingest-spool, prepare")
     db.add_argument("--db", help="store URL (default: $SERVESCOPE_DB or the DuckDB file)")
     actions = db.add_subparsers(dest="db_action", required=True)
     actions.add_parser("info", help="print the store URL, schema version and row counts")
     actions.add_parser("migrate", help="bring the schema up to date and seed the catalog")
     actions.add_parser("ingest-spool", help="store the batches spooled while the store was locked")
+    prepare = actions.add_parser(
+        "prepare",
+        help="compute run summaries (and large runs' page views) now, so first views are quick",
+        description="Compute and keep each run's summary, and the Latency/Memory page views of "
+        "runs of 500k+ requests (import and bench do this for their own runs; use this for "
+        "runs written another way, or after an upgrade). Cheap for runs already prepared.",
+    )
+    prepare.add_argument("run_ids", nargs="*", metavar="RUN_ID", help="default: every run")
     db.set_defaults(func=_run_db)
 
 
@@ -39,6 +47,16 @@ def _run_db(args: argparse.Namespace) -> int:
         print(f"{store.url}: schema version {migrations.migrate(store)}")
     elif args.db_action == "ingest-spool":
         print(f"ingested {ingest.ingest_spool(store)} spooled rows into {store.url}")
+    elif args.db_action == "prepare":
+        from collectors import run_views
+
+        ids = args.run_ids or queries_admin.run_ids(store)
+        if not run_views.prepare(store, ids):
+            print(
+                f"servescope db prepare: {store.url} refused the writes (locked?)", file=sys.stderr
+            )
+            return 1
+        print(f"prepared {len(ids)} run(s) in {store.url}")
     else:
         print(f"store: {store.url}")
         for table, count in queries_admin.table_counts(store).items():

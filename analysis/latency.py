@@ -443,3 +443,14 @@ def memory_warnings(
                     )
                 )
     return out
+
+
+def heatmap_window_s(duration_s: float) -> float:
+    """The time window of the pages' views over time (``duration_s`` long): about 24 windows,
+    rounded to 1/2/5 × 10^k seconds (at least 1 s)."""
+    raw = max(duration_s / 24.0, 1.0)
+    exp = 10 ** math.floor(math.log10(raw))
+    for m in (1, 2, 5, 10):
+        if m * exp >= raw:
+            return float(m * exp)
+    return float(10 * exp)

@@ -5,12 +5,16 @@ Generates a DuckDB store (in a temp dir, or ``--db`` to keep/reuse it) holding o
 sent at 1,000 req/s with mixed input lengths, token gaps for its first ``--gap-requests``
 requests (× 64 gaps), engine samples (KV usage, running, waiting, preemptions) and one GPU's
 samples every second over the run, plus two 10k-request runs of the same bench invocation
-(the load levels the diagnosis compares). Then, cold (fresh caches), prints:
+(the load levels the diagnosis compares). Then prints:
 
 * every read the Latency page makes, with its time (as the page makes them, through
-  ``store.latency_queries`` / ``store.memory_queries``), and the total;
+  ``store.latency_queries`` / ``store.memory_queries``), and the total — aggregated from the
+  rows (no stored rollups), then served from the rollups the first pass stored;
 * the same for the Memory page;
-* a full render of each page with Streamlit's AppTest (cold, then warm from the cache).
+* a full render of each page with Streamlit's AppTest: its very first view (nothing
+  stored), the first view after ``collectors.run_views.prepare`` (what `servescope import`
+  and `bench` do when they finish), a cold view (fresh Streamlit cache, the rollups earlier
+  views stored), and a rerun with warm caches.
 
 Target: < 2 s per page render. Usage:
     python bench/page_latency_memory.py [--requests 10000000] [--db /path/store.duckdb]
@@ -30,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.buckets import DEFAULT_EDGES
+from collectors import run_views
 from store import ingest, latency_queries, memory_queries
 from store.db import Store
 
@@ -231,26 +236,41 @@ def memory_reads(store: Store) -> list[tuple[str, float]]:
     return log
 
 
-def render(page: str) -> tuple[float, float, float]:
-    """(first render in this process, cold-cache render with modules loaded, warm render)."""
+def clear_rollups(store: Store) -> None:
+    with store.connect() as conn:
+        conn.exec_driver_sql("DELETE FROM run_rollups")
+
+
+def render(page: str, store: Store) -> tuple[float, float, float, float, float]:
+    """(first view, refresh, first view after the refresh, cold view, warm rerun) in s."""
     # The bench measures what a browser would wait for: it drives the pages through
     # Streamlit's own test harness (a measuring tool here, not a layer crossing).
     import streamlit as st  # noqa: TID251
     from streamlit.testing.v1 import AppTest  # noqa: TID251
 
-    times = []
-    for _ in range(2):
+    def once() -> tuple[float, Any]:
         st.cache_data.clear()
         at = AppTest.from_file(str(ROOT / "pages" / page), default_timeout=300)
         t = time.perf_counter()
         at.run()
-        times.append(time.perf_counter() - t)
+        elapsed = time.perf_counter() - t
         errors = [e.value for e in at.exception] + [e.value for e in at.error]
         if errors:
             raise SystemExit(f"{page} failed: {errors}")
+        return elapsed, at
+
+    once()  # imports and first-use costs out of the way
+    clear_rollups(store)
+    first, _ = once()
+    clear_rollups(store)
+    t = time.perf_counter()
+    run_views.prepare(store, ["big", "c1", "c8"])
+    refresh = time.perf_counter() - t
+    after, _ = once()
+    cold, at = once()
     t = time.perf_counter()
     at.run()
-    return times[0], times[1], time.perf_counter() - t
+    return first, refresh, after, cold, time.perf_counter() - t
 
 
 def main() -> None:
@@ -271,17 +291,22 @@ def main() -> None:
             t = time.perf_counter()
             generate(store, args.requests, args.gap_requests)
             print(f"  generated in {time.perf_counter() - t:.1f} s")
-        _print(f"Latency page reads, cold ({args.requests:,}-request run):", latency_reads(store))
-        _print("Memory page reads, cold:", memory_reads(store))
-        store.dispose()
+        n = f"{args.requests:,}-request run"
+        clear_rollups(store)
+        _print(f"Latency page reads, aggregated ({n}):", latency_reads(store))
+        _print(f"Latency page reads, from stored rollups ({n}):", latency_reads(store))
+        clear_rollups(store)
+        _print("Memory page reads, aggregated:", memory_reads(store))
+        _print("Memory page reads, from stored rollups:", memory_reads(store))
         os.environ["SERVESCOPE_DB"] = url
         print(
-            "\nFull page render (AppTest; target < 2 s): first in a fresh process (imports "
-            "included) / cold cache / warm cache"
+            "\nFull page render (AppTest; target < 2 s): first view (nothing stored) / "
+            "run_views.prepare / first view after it / cold view (rollups stored) / warm rerun"
         )
         for page in ("latency.py", "memory.py"):
-            first, cold, warm = render(page)
-            print(f"  pages/{page:<11} {first:6.3f} s / {cold:6.3f} s / {warm:6.3f} s")
+            times = render(page, store)
+            print(f"  pages/{page:<11} " + " / ".join(f"{t:6.3f} s" for t in times))
+        store.dispose()
 
 
 if __name__ == "__main__":

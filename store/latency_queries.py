@@ -29,8 +29,10 @@ from store.sql import BUCKET_QUANTILES, OK, _coerce, _dist_columns, _pcts, _qnam
 BUCKET_METRICS: Final[tuple[str, ...]] = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
 #: Bucketing by input (prompt) or output (generated) length.
 BY_COLUMN: Final[dict[str, str]] = {"input": "input_tokens", "output": "output_tokens"}
-#: Most requests a sample returns.
+#: Most requests a sample returns (the Latency page's scatter and prefill fit).
 SAMPLE_LIMIT: Final = 20_000
+#: How many of the slowest requests the Latency page explains by default.
+DEFAULT_TOP: Final = 20
 #: Most slowest requests returned.
 TOP_LIMIT: Final = 1_000
 #: Sortable latency columns for the slowest requests.
@@ -65,10 +67,20 @@ def _whole_run(
     compute: Callable[[], pd.DataFrame],
 ) -> pd.DataFrame:
     """``compute()``, kept as a rollup of the run when it covers one whole run (the page's
-    default view, asked for again and again); windows and several runs are computed each time."""
-    if len(run_ids) == 1 and since is None and until is None:
-        return rollups.cached_run(store, str(run_ids[0]), kind, params, compute)
-    return compute()
+    default view, asked for again and again) — also when the window holds every request of the
+    run (by its stored summary); narrower windows and several runs are computed each time."""
+    if len(run_ids) != 1:
+        return compute()
+    if since is not None or until is not None:
+        stats = run_stats.stored(store, run_ids)
+        if stats is None or stats.empty:
+            return compute()
+        first, last = stats["first_sent"].iloc[0], stats["last_sent"].iloc[0]
+        if stats["sent_n"].iloc[0] != stats["requests"].iloc[0] or pd.isna(first):
+            return compute()  # requests without a send time are in no window
+        if (since is not None and since > first) or (until is not None and until <= last):
+            return compute()
+    return rollups.cached_run(store, str(run_ids[0]), kind, params, compute)
 
 
 def _read(store: Store, sql: str, params: dict[str, Any]) -> pd.DataFrame:
@@ -122,8 +134,8 @@ def request_span(
     """One row: requests, ok, first_sent, last_sent, last_done (NULLs when there are none).
     Whole runs are read from their stored summaries (``store.run_stats``)."""
     where, params = _scope(run_ids, since, until)
-    if since is None and until is None:
-        stats = run_stats.get(store, run_ids)
+    stats = run_stats.stored(store, run_ids) if since is None and until is None else None
+    if stats is not None:
         row = {
             "requests": [int(stats["requests"].sum())],
             "ok": [int(stats["ok"].sum())],
@@ -421,8 +433,9 @@ def request_sample(
         raise InputError(f"limit must be at least 1, got {limit}")
     where, params = _scope(run_ids, since, until)
     cond = " AND ".join(where)
-    if since is None and until is None:
-        total = int(run_stats.get(store, run_ids)["requests"].sum())
+    stats = run_stats.stored(store, run_ids) if since is None and until is None else None
+    if stats is not None:
+        total = int(stats["requests"].sum())
     else:
         count = _read(store, f"SELECT COUNT(*) AS c FROM requests q WHERE {cond}", params)
         total = int(count["c"].iloc[0] or 0)

@@ -16,6 +16,7 @@ import pandas as pd
 import sqlalchemy as sa
 
 from errors import InputError
+from store import run_stats
 from store.db import Store
 from store.live_queries import run_live_sources
 
@@ -174,11 +175,15 @@ def run_sources(store: Store, run_id: str) -> dict[str, Any]:
     live = run_live_sources(store, run_id)
     if not live:
         return {}
-    span = store.read_df(
-        "SELECT MIN(sent_at) AS first_sent, MAX(done_at) AS last_done FROM requests "
-        "WHERE run_id = :run_id",
-        {"run_id": run_id},
-    ).iloc[0]
+    stats = run_stats.stored(store, [run_id])  # the run's summary, when it is kept
+    if stats is not None and not stats.empty:
+        span = stats.iloc[0]
+    else:
+        span = store.read_df(
+            "SELECT MIN(sent_at) AS first_sent, MAX(done_at) AS last_done FROM requests "
+            "WHERE run_id = :run_id",
+            {"run_id": run_id},
+        ).iloc[0]
     since = _first_number(live.get("started_at"), span["first_sent"])
     until = _first_number(live.get("ended_at"), span["last_done"])
     if since is not None and until is None:

@@ -22,7 +22,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import pandas as pd
 import pyarrow as pa
@@ -42,9 +42,15 @@ log = logging.getLogger("servescope.rollups")
 ComputeRuns = Callable[[list[str]], pd.DataFrame]
 
 
+#: Part of every rollup's key: bump it when the shape of any stored result changes, so that
+#: results stored by an older ServeScope are recomputed instead of served.
+FORMAT: Final = 1
+
+
 def params_key(params: Mapping[str, Any]) -> str:
-    """The canonical text of a read's arguments (sorted keys, tuples as lists)."""
-    return json.dumps(params, sort_keys=True, separators=(",", ":"), default=str)
+    """The canonical text of a read's arguments (sorted keys, tuples as lists) and FORMAT."""
+    keyed = {**params, "_format": FORMAT}
+    return json.dumps(keyed, sort_keys=True, separators=(",", ":"), default=str)
 
 
 def encode(frame: pd.DataFrame) -> bytes:
@@ -95,6 +101,20 @@ def _lookup(
         ).fetchall()
     fresh = {str(r): decode(bytes(p)) for r, v, p in stored if versions.get(str(r)) == int(v or 0)}
     return versions, fresh
+
+
+def fresh_runs(
+    store: Store, run_ids: Sequence[str], kind: str, params: Mapping[str, Any]
+) -> pd.DataFrame | None:
+    """The stored results of ``run_ids`` when every one of them is fresh, else None (nothing
+    is computed: for reads that have a cheaper way than the full aggregate)."""
+    ids = list(dict.fromkeys(str(r) for r in run_ids))
+    if not ids:
+        return None
+    _, fresh = _lookup(store, ids, kind, params_key(params))
+    if any(r not in fresh for r in ids):
+        return None
+    return pd.concat([fresh[r] for r in ids], ignore_index=True)
 
 
 def _save(

@@ -11,6 +11,7 @@ with an anti-join against the few failed ones); duration is the run's ``duration
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Final
 
@@ -18,6 +19,7 @@ import numpy as np
 import pandas as pd
 import sqlalchemy as sa
 
+from errors import StoreError
 from store import rollups
 from store.db import Store
 from store.sql import DETAIL_QUANTILES, OK, _coerce, _dist_columns, _filtered, _qname
@@ -32,13 +34,14 @@ COUNTS: Final = (
     "cancelled",
     "input_tokens",
     "output_tokens",
+    "sent_n",  # requests with a send time (an import may have none)
     *(f"{m}_n" for m in METRICS),
 )
 
 #: Every column of a run's summary, in order.
 COLUMNS: Final = (
     "run_id",
-    *COUNTS[:6],
+    *COUNTS[:7],
     "first_sent",
     "last_sent",
     "last_done",
@@ -50,6 +53,8 @@ COLUMNS: Final = (
 )
 
 _KIND: Final = "run_stats"
+
+log = logging.getLogger("servescope.run_stats")
 
 
 def _stmt(sql: str) -> sa.TextClause:
@@ -79,6 +84,7 @@ def compute(store: Store, run_ids: Sequence[str]) -> pd.DataFrame:
                    {_filtered("COUNT(*)", "q.status = 'cancelled'")} AS cancelled,
                    {_filtered("SUM(q.input_tokens)", OK)} AS input_tokens,
                    {_filtered("SUM(q.output_tokens)", OK)} AS output_tokens,
+                   COUNT(q.sent_at) AS sent_n,
                    MIN(q.sent_at) AS first_sent,
                    MAX(q.sent_at) AS last_sent,
                    MAX(q.done_at) AS last_done,
@@ -121,11 +127,24 @@ def get(store: Store, run_ids: Sequence[str]) -> pd.DataFrame:
     return rollups.cached_runs(store, run_ids, _KIND, {}, lambda ids: compute(store, ids))
 
 
-def refresh(store: Store, run_ids: Sequence[str]) -> None:
+def stored(store: Store, run_ids: Sequence[str]) -> pd.DataFrame | None:
+    """The stored, fresh summaries of ``run_ids``, or None when any is missing or stale
+    (nothing is computed: for reads that have a cheaper way than the whole summary)."""
+    return rollups.fresh_runs(store, run_ids, _KIND, {})
+
+
+def refresh(store: Store, run_ids: Sequence[str]) -> bool:
     """Compute and keep the summaries of ``run_ids`` now (after an import or a bench run), so
-    the first page that shows them does not wait for it."""
-    for start in range(0, len(run_ids), 200):
-        get(store, run_ids[start : start + 200])
+    the first page that shows them does not wait for it. Best effort: False (and nothing
+    raised) when the store refused, e.g. stayed locked — the first view then computes them."""
+    ids = list(dict.fromkeys(run_ids))
+    try:
+        for start in range(0, len(ids), 200):
+            get(store, ids[start : start + 200])
+    except StoreError as exc:
+        log.info("run summaries left to the first view: %s", exc)
+        return False
+    return True
 
 
 def figures(runs: pd.DataFrame, stats: pd.DataFrame) -> pd.DataFrame:

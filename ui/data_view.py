@@ -16,6 +16,7 @@ import pandas as pd
 import streamlit as st
 
 import settings
+from collectors import run_views
 from collectors.importers import FileReport, ImportOptions, Source, import_sources
 from store import data_queries, ingest
 from store.db import Store
@@ -67,6 +68,8 @@ def import_uploads(
     sources = [(Source.from_bytes(f.name, f.getvalue()), True) for f in files]
     with _store() as store:
         reports = import_sources(store, sources, options, progress=progress)
+        # the new runs' summaries (and large runs' page views), so the first view is quick
+        run_views.prepare(store, [rid for r in reports for rid in r.run_ids])
     _changed()
     return reports
 

@@ -27,13 +27,16 @@ from analysis.buckets import (
     format_tokens,
     parse_edges,
 )
-from errors import ConfigError
-from ui import crosscheck_view, latency_charts
+from errors import ConfigError, ServeScopeError
+from store import latency_queries
+from ui import crosscheck_view, latency_charts, state
 from ui import format as fmt
 from ui.cache import latency as cache_latency
+from ui.errors import show_error
 
 #: Most requests read for the scatter, the prefill fit and the in-flight estimate.
-SAMPLE_LIMIT = 20_000
+SAMPLE_LIMIT = latency_queries.SAMPLE_LIMIT
+heatmap_window_s = an.heatmap_window_s
 METRICS = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "itl_ms": "ITL", "e2e_ms": "E2E"}
 BY = {"input": "input length", "output": "output length"}
 
@@ -151,9 +154,9 @@ def controls(run_id: str, span: tuple[float, float] | None) -> Selection:
     window_text = ""
     if span is not None:
         window, window_text = window_slider("latency_window", *span)
-    top_default = 20
+    top_default = latency_queries.DEFAULT_TOP
     with contextlib.suppress(ValueError):
-        top_default = max(1, min(200, int(url_value("top") or 20)))
+        top_default = max(1, min(200, int(url_value("top") or top_default)))
     _init("latency_top", top_default)
     top = st.number_input(
         "Slowest requests to explain (top N by TTFT)",
@@ -178,6 +181,25 @@ def show_empty() -> None:
     )
 
 
+def pick_run(show_empty: Callable[[], None]) -> tuple[str, dict[str, str]]:
+    """The run picker of the one-run pages (Latency, Memory), synced with ``?run=``: returns
+    (the chosen run, every choice's label). Stops the page — after saying why — on a store
+    error, on an empty store (``show_empty``) and when nothing is chosen."""
+    try:
+        runs = cache_latency.runs(state.requested_run())
+    except ServeScopeError as exc:
+        show_error(exc)
+        st.stop()
+    if runs.empty:
+        show_empty()
+        st.stop()
+    choices = fmt.run_choices(runs)
+    run_id = state.run_picker(choices)
+    if run_id is None:
+        st.stop()
+    return run_id, choices
+
+
 def aggregates_only(run_id: str) -> bool:
     """True (and says what cannot be shown, and why) for an aggregate-only import."""
     source, summary = crosscheck_view.tool_summary(run_id)
@@ -196,16 +218,6 @@ def aggregates_only(run_id: str) -> bool:
     if not table.empty:
         st.dataframe(table, hide_index=True, key="latency_tool_aggregates")
     return True
-
-
-def heatmap_window_s(duration_s: float) -> float:
-    """About 24 windows over the span, rounded to 1/2/5 × 10^k seconds (at least 1 s)."""
-    raw = max(duration_s / 24.0, 1.0)
-    exp = 10 ** math.floor(math.log10(raw))
-    for m in (1, 2, 5, 10):
-        if m * exp >= raw:
-            return float(m * exp)
-    return float(10 * exp)
 
 
 def bucket_table(df: pd.DataFrame, labels: list[str]) -> pd.DataFrame:

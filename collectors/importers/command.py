@@ -72,6 +72,7 @@ def print_summary(reports: list[FileReport], out: TextIO) -> None:
 
 
 def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    from collectors import run_views
     from store.db import Store
 
     out = out or sys.stdout
@@ -92,4 +93,6 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         if r.error:
             print(f"servescope import: error: {r.error}", file=err)
     print_summary(reports, out)
+    # the new runs' summaries (and large runs' page views), so the first view of them is quick
+    run_views.prepare(store, [rid for r in reports for rid in r.run_ids])
     return 1 if any(r.error for r in reports) else 0

@@ -173,6 +173,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
 
 def run(args: argparse.Namespace) -> int:
     """Run the benchmark; 0 on success, 130 after Ctrl-C (what completed is saved)."""
+    from collectors import run_views
     from collectors.loadgen.runner import BenchInterrupted, run_benchmark
     from store.db import Store
 
@@ -185,7 +186,9 @@ def run(args: argparse.Namespace) -> int:
             f"interrupted; saved {len(exc.run_ids)} run(s): {', '.join(exc.run_ids)}",
             file=sys.stderr,
         )
+        run_views.prepare(store, exc.run_ids)  # quick first views of what was saved
         return 130
+    run_views.prepare(store, run_ids)
     for run_id in run_ids:
         print(run_id)
     return 0

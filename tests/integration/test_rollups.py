@@ -183,3 +183,16 @@ def test_a_locked_store_still_answers(tmp_path: Path) -> None:
             proc.stdout.close()
     assert rollups.stored(store).empty
     store.dispose()
+
+
+def test_db_prepare_keeps_every_runs_summary(
+    store: Store, store_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import cli
+
+    assert cli.main(["db", "--db", store_url, "prepare"]) == 0
+    assert "prepared 3 run(s)" in capsys.readouterr().out
+    kept = rollups.stored(store)
+    assert sorted(kept.loc[kept["kind"] == "run_stats", "run_id"]) == ["a", "b", "empty"]
+    assert cli.main(["db", "--db", store_url, "prepare", "a"]) == 0  # already fresh: no-op
+    assert len(rollups.stored(store)) == len(kept)

@@ -235,7 +235,9 @@ def test_migrations_upgrade_a_version_1_store_keeping_its_runs(tmp_path: Path) -
         )
         conn.execute(sa.text("INSERT INTO runs (run_id, source) VALUES ('old', 'servescope')"))
         conn.execute(
-            sa.text("INSERT INTO requests (run_id, seq, status, ttft_ms) VALUES ('old', 0, 'ok', 7)")
+            sa.text(
+                "INSERT INTO requests (run_id, seq, status, ttft_ms) VALUES ('old', 0, 'ok', 7)"
+            )
         )
     assert migrations.migrate(old) == len(migrations.MIGRATIONS) == 3
     ingest.add_rows(
