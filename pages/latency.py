@@ -5,9 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from errors import ServeScopeError
-from ui import format as fmt
-from ui import latency_view, state
-from ui.cache import latency as cache_latency
+from ui import latency_view
 from ui.errors import show_error
 
 st.title("Latency")
@@ -17,19 +15,7 @@ st.caption(
     "queueing and prefill, and a diagnosis. Selections are in the URL: share it."
 )
 
-try:
-    runs = cache_latency.runs(state.requested_run())
-except ServeScopeError as exc:
-    show_error(exc)
-    st.stop()
-if runs.empty:
-    latency_view.show_empty()
-    st.stop()
-
-choices = fmt.run_choices(runs)
-run_id = state.run_picker(choices)
-if run_id is None:
-    st.stop()
+run_id, choices = latency_view.pick_run(latency_view.show_empty)
 
 try:
     if latency_view.aggregates_only(run_id):

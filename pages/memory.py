@@ -5,9 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from errors import ServeScopeError
-from ui import format as fmt
-from ui import memory_view, state
-from ui.cache import latency as cache_latency
+from ui import memory_view
 from ui.errors import show_error
 
 st.title("Memory")
@@ -18,19 +16,7 @@ st.caption(
     "several runs overlaid at their start."
 )
 
-try:
-    runs = cache_latency.runs(state.requested_run())
-except ServeScopeError as exc:
-    show_error(exc)
-    st.stop()
-if runs.empty:
-    memory_view.show_empty()
-    st.stop()
-
-choices = fmt.run_choices(runs)
-run_id = state.run_picker(choices)
-if run_id is None:
-    st.stop()
+run_id, choices = memory_view.pick_run()
 
 try:
     sources, span = memory_view.run_window(run_id)

@@ -37,6 +37,11 @@ def show_empty() -> None:
     latency_view.show_empty()
 
 
+def pick_run() -> tuple[str, dict[str, str]]:
+    """The run picker (``?run=``): (chosen run, choices); stops the page when there is none."""
+    return latency_view.pick_run(show_empty)
+
+
 def run_window(run_id: str) -> tuple[dict[str, Any], tuple[float, float] | None]:
     """The run's live sources and its time span (None when it recorded no time at all)."""
     src = cache_latency.run_sources(run_id)
