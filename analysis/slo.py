@@ -268,7 +268,7 @@ def goodput(requests: pd.DataFrame, profile: SloProfile, duration_s: float | Non
 class TargetResult:
     """One SLO target of one run: measured against the limit."""
 
-    target: str  # ttft_ms | tpot_ms | e2e_ms | error_rate
+    target: str  # ttft_ms | tpot_ms | e2e_ms | error_rate | memory_fraction
     label: str  # "TTFT P99", "error rate"
     measured: float | None
     limit: float | None
@@ -311,7 +311,8 @@ def evaluate(row: Mapping[str, Any], profile: SloProfile) -> list[TargetResult]:
 
     ``row`` holds the run's aggregates: ``{ttft,tpot,e2e}_n`` and ``{…}_p{percentile}_ms``
     (e.g. ``ttft_p99_ms``; percentiles the profile uses), ``requests`` and ``errors``; for a
-    length-conditioned TTFT, ``ok`` and ``ttft_met`` (the SLO attainment counts).
+    length-conditioned TTFT, ``ok`` and ``ttft_met`` (the SLO attainment counts); for a memory
+    cap, ``mem_peak_fraction`` and ``gpu_samples`` (``store.memory_queries.run_states``).
     """
     results: list[TargetResult] = []
     pct = profile.percentile
@@ -360,6 +361,8 @@ def evaluate(row: Mapping[str, Any], profile: SloProfile) -> list[TargetResult]:
                 _ratio(measured, limit),
             )
         )
+    if profile.max_memory_fraction is not None:
+        results.append(_memory_result(row, profile.max_memory_fraction))
     requests = int(_num(row.get("requests")) or 0)
     errors = int(_num(row.get("errors")) or 0)
     rate = errors / requests if requests else _num(row.get("error_rate"))
@@ -376,6 +379,23 @@ def evaluate(row: Mapping[str, Any], profile: SloProfile) -> list[TargetResult]:
         )
     )
     return results
+
+
+def _memory_result(row: Mapping[str, Any], limit: float) -> TargetResult:
+    """The memory cap: the fullest GPU's peak used / total during the run (``row``'s
+    ``mem_peak_fraction`` over ``gpu_samples`` samples); no data without GPU samples."""
+    n = int(_num(row.get("gpu_samples")) or 0)
+    measured = _num(row.get("mem_peak_fraction")) if n else None
+    return TargetResult(
+        "memory_fraction",
+        "GPU memory peak",
+        measured,
+        limit,
+        None if measured is None else measured <= limit,
+        n,
+        False,
+        _ratio(measured, limit),
+    )
 
 
 def overall(results: Sequence[TargetResult]) -> bool | None:

@@ -11,6 +11,7 @@ from ui import compare_charts as charts
 from ui import compare_view as view
 from ui import format as fmt
 from ui.cache import compare as cache_compare
+from ui.cache import latency as cache_latency
 from ui.errors import show_error
 
 st.title("Compare")
@@ -42,10 +43,14 @@ if not run_ids or profile is None:
 try:
     aggs = cache_compare.run_aggregates(run_ids)
     attainment = cache_compare.slo_attainment(run_ids, profile.sql_thresholds())
+    # the memory cap is judged on each run's GPU samples (peak used / total)
+    states = (
+        None if profile.max_memory_fraction is None else cache_latency.run_states(tuple(run_ids))
+    )
 except ServeScopeError as exc:
     show_error(exc)
     st.stop()
-rows = view.per_run(aggs, attainment, profile, by)
+rows = view.per_run(aggs, attainment, profile, by, states)
 st.caption(fmt.md_escape(profile.description or profile.name))
 view.show_aggregates_only(rows)
 if rows["client_bound"].fillna(False).astype(bool).any():

@@ -270,48 +270,68 @@ def aligned_runs(store: Store, run_ids: Sequence[str], *, max_points: int = 300)
 
 def run_states(store: Store, run_ids: Sequence[str]) -> pd.DataFrame:
     """Per run, over its span and its sources: gpu_util (mean, 0..1), kv_max (the fullest
-    target's peak KV usage) and running_max (most requests in a target's running batch); NaN
-    where the run has no such samples. One store session for every run (the diagnosis's load
-    levels)."""
+    target's peak KV usage), running_max (most requests in a target's running batch),
+    mem_peak_fraction (the fullest GPU's peak memory used / total, 0..1) and gpu_samples (how
+    many GPU samples that rests on); NaN (0 samples) where the run has no such samples. One
+    connection for every run (the diagnosis's load levels, Compare's memory cap)."""
     rows = []
-    for run_id in run_ids:
-        src = run_sources(store, run_id)
-        rec: dict[str, Any] = {
-            "run_id": run_id,
-            "gpu_util": float("nan"),
-            "kv_max": float("nan"),
-            "running_max": float("nan"),
-        }
-        since, until = src.get("since"), src.get("until")
-        if since is not None and until is not None:
-            window = {"since": float(since), "until": float(until)}
-            if src["hosts"]:
-                util = store.read_df(
-                    _expanding(
-                        "SELECT AVG(util_gpu) AS u FROM gpu_samples WHERE host IN :hosts "
-                        "AND ts >= :since AND ts <= :until",
-                        "hosts",
-                    ),
-                    {"hosts": list(src["hosts"]), **window},
-                )["u"].iloc[0]
-                rec["gpu_util"] = _nan(util)
-            if src["targets"]:
-                peaks = store.read_df(
-                    _expanding(
-                        "SELECT metric, MAX(value) AS v FROM engine_samples WHERE target IN "
-                        ":targets AND metric IN ('kv_cache_usage', 'requests_running') "
-                        "AND ts >= :since AND ts <= :until GROUP BY metric",
-                        "targets",
-                    ),
-                    {"targets": list(src["targets"]), **window},
-                )
-                for metric, value in zip(peaks["metric"], peaks["v"], strict=True):
-                    key = "kv_max" if metric == "kv_cache_usage" else "running_max"
-                    rec[key] = _nan(value)
-        rows.append(rec)
-    return pd.DataFrame.from_records(
-        rows, columns=["run_id", "gpu_util", "kv_max", "running_max"]
-    ).astype({"gpu_util": "float64", "kv_max": "float64", "running_max": "float64"})
+    with store.pinned() as one:
+        for run_id in run_ids:
+            rows.append(_run_state(one, str(run_id)))
+    return pd.DataFrame.from_records(rows, columns=list(_STATE_COLUMNS)).astype(_STATE_COLUMNS)
+
+
+_STATE_COLUMNS: Final[dict[str, Any]] = {
+    "run_id": object,
+    "gpu_util": "float64",
+    "kv_max": "float64",
+    "running_max": "float64",
+    "mem_peak_fraction": "float64",
+    "gpu_samples": "int64",
+}
+
+
+def _run_state(store: Store, run_id: str) -> dict[str, Any]:
+    src = run_sources(store, run_id)
+    rec: dict[str, Any] = {
+        "run_id": run_id,
+        "gpu_util": float("nan"),
+        "kv_max": float("nan"),
+        "running_max": float("nan"),
+        "mem_peak_fraction": float("nan"),
+        "gpu_samples": 0,
+    }
+    since, until = src.get("since"), src.get("until")
+    if since is None or until is None:
+        return rec
+    window = {"since": float(since), "until": float(until)}
+    if src["hosts"]:
+        gpu = store.read_df(
+            _expanding(
+                "SELECT AVG(util_gpu) AS u, "
+                "MAX(mem_used_bytes / NULLIF(mem_total_bytes, 0)) AS m, COUNT(*) AS n "
+                "FROM gpu_samples WHERE host IN :hosts AND ts >= :since AND ts <= :until",
+                "hosts",
+            ),
+            {"hosts": list(src["hosts"]), **window},
+        ).iloc[0]
+        rec["gpu_util"] = _nan(gpu["u"])
+        rec["mem_peak_fraction"] = _nan(gpu["m"])
+        rec["gpu_samples"] = int(gpu["n"] or 0)
+    if src["targets"]:
+        peaks = store.read_df(
+            _expanding(
+                "SELECT metric, MAX(value) AS v FROM engine_samples WHERE target IN "
+                ":targets AND metric IN ('kv_cache_usage', 'requests_running') "
+                "AND ts >= :since AND ts <= :until GROUP BY metric",
+                "targets",
+            ),
+            {"targets": list(src["targets"]), **window},
+        )
+        for metric, value in zip(peaks["metric"], peaks["v"], strict=True):
+            key = "kv_max" if metric == "kv_cache_usage" else "running_max"
+            rec[key] = _nan(value)
+    return rec
 
 
 def _nan(value: object) -> float:

@@ -108,19 +108,27 @@ def fill_from_tool(aggs: pd.DataFrame) -> pd.DataFrame:
 
 
 def per_run(
-    aggs: pd.DataFrame, attainment: pd.DataFrame, profile: slo.SloProfile, by: str
+    aggs: pd.DataFrame,
+    attainment: pd.DataFrame,
+    profile: slo.SloProfile,
+    by: str,
+    states: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """One row per run: aggregates, SLO attainment, goodput, verdicts, series and load.
 
     Adds ``goodput``, ``attainment``, ``ttft_met`` (SQL counts), ``verdicts`` (list of
     ``slo.TargetResult``), ``passed`` (bool or None) and ``worst_ratio``, plus the columns of
-    ``analysis.compare.curves``.
+    ``analysis.compare.curves``; with ``states`` (``memory_queries.run_states``: the memory
+    cap's evidence) also ``mem_peak_fraction`` and ``gpu_samples``.
     """
     if aggs.empty:
         return aggs
     merged = fill_from_tool(aggs)
     att = attainment[["run_id", "ttft_met", "met", "goodput", "attainment"]]
     merged = merged.merge(att, on="run_id", how="left")
+    if states is not None and not states.empty:
+        mem = states[["run_id", "mem_peak_fraction", "gpu_samples"]]
+        merged = merged.merge(mem, on="run_id", how="left")
     records = fmt.records(merged)
     verdicts = [slo.evaluate(r, profile) for r in records]
     merged["verdicts"] = pd.Series(verdicts, index=merged.index, dtype=object)
@@ -168,7 +176,7 @@ def runs_table(rows: pd.DataFrame, profile: slo.SloProfile) -> pd.DataFrame:
         }
         for target in r["verdicts"]:
             measured = target.measured
-            digits = 4 if target.target == "error_rate" else 1
+            digits = 4 if target.target == "error_rate" else 3 if "fraction" in target.target else 1
             row[f"{target.label}"] = None if measured is None else round(measured, digits)
             limit = (
                 f"≥ {target.limit:g}%"

@@ -255,3 +255,22 @@ def test_only_aggregate_only_runs(seeded_url: str) -> None:
     assert runs["SLO"].tolist() == ["pass"]  # the tool's TTFT P99 of 90 ms, 1% errors
     assert not _tables(at, "compare_diff_table")
     assert any("two different runs" in i.value for i in at.info)
+
+
+def test_memory_cap_is_judged_on_each_runs_gpu_samples(db_url: str) -> None:
+    from test_latency_page import seed_series
+
+    seed_series(db_url)  # c8: GPU memory 40 → 44 GiB of 80; c32: 70 of 80; c1: none
+    store = Store.open(db_url)
+    try:
+        entry = {"name": "mem-cap", "percentile": 99.0, "max_memory_fraction": 0.8}
+        catalog.save_user_entry(store, "slo_profiles", entry)
+    finally:
+        store.dispose()
+    at = _run(runs="c1,c8,c32", slo="mem-cap")
+    _ok(at)
+    runs = _table(at, "compare_runs_table")
+    peaks = runs["GPU memory peak"].tolist()
+    assert pd.isna(peaks[0]) and peaks[1:] == [pytest.approx(0.55), pytest.approx(0.875)]
+    assert runs["GPU memory peak ≤ 0.8"].tolist() == ["no data", "pass", "FAIL"]
+    assert runs["SLO"].tolist()[2] == "FAIL"

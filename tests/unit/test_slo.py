@@ -169,3 +169,18 @@ def test_capacity_edge_cases() -> None:
     assert zero_tol.measured == 1 and zero_tol.interpolated is None
     empty = slo.capacity("s", pd.DataFrame({"load": [], "passed": [], "ratio": []}))
     assert empty.measured is None
+
+
+def test_memory_cap_judged_on_gpu_samples_only() -> None:
+    prof = slo.SloProfile(name="mem", percentile=99, max_memory_fraction=0.8)
+    over = {r.target: r for r in slo.evaluate({"mem_peak_fraction": 0.875, "gpu_samples": 9}, prof)}
+    assert over["memory_fraction"].passed is False
+    assert over["memory_fraction"].ratio == pytest.approx(0.875 / 0.8)
+    under = slo.evaluate({"mem_peak_fraction": 0.55, "gpu_samples": 9, "requests": 5}, prof)
+    assert slo.overall(under) is True
+    # without GPU samples there is nothing to judge: no verdict, and no failure either
+    none = {r.target: r for r in slo.evaluate({"mem_peak_fraction": 0.99, "requests": 5}, prof)}
+    assert none["memory_fraction"].passed is None
+    assert slo.overall(list(none.values())) is True
+    # without a cap there is no memory target at all
+    assert "memory_fraction" not in {r.target for r in slo.evaluate({}, PROFILE)}

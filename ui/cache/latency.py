@@ -220,7 +220,8 @@ def gpu_timeline(
 
 
 def run_states(run_ids: tuple[str, ...]) -> pd.DataFrame:
-    """Per run: mean GPU utilisation, peak KV usage, most requests running."""
+    """Per run: mean GPU utilisation, peak KV usage, most requests running, peak GPU memory
+    fraction (``memory_queries.run_states``)."""
     return _run_states(store_url(), run_ids)
 
 
