@@ -214,10 +214,15 @@ def request_samples(store: Store, run_ids: Sequence[str], limit: int = 20_000) -
         )
         SELECT run_id, ttft_ms, tpot_ms, e2e_ms FROM s WHERE k <= :limit ORDER BY run_id, k
     """
-    df = store.read_df(_stmt(sql), {"run_ids": ids, "limit": int(limit)})
-    for col in columns:
-        df[col] = pd.to_numeric(df[col]).astype("float64")
-    return df
+
+    def compute(stale: list[str]) -> pd.DataFrame:
+        df = store.read_df(_stmt(sql), {"run_ids": stale, "limit": int(limit)})
+        for col in columns:
+            df[col] = pd.to_numeric(df[col]).astype("float64")
+        return df
+
+    df = rollups.cached_runs(store, ids, "request_samples", {"limit": int(limit)}, compute)
+    return df.sort_values("run_id", kind="stable").reset_index(drop=True)
 
 
 def metric_samples(
@@ -276,6 +281,12 @@ def metric_samples(
             )
             SELECT run_id, v AS value FROM s WHERE k <= :limit ORDER BY run_id, k
         """
-    df = store.read_df(_stmt(sql), {"run_ids": ids, "limit": int(limit)})
-    df["value"] = pd.to_numeric(df["value"]).astype("float64")
-    return df
+
+    def compute(stale: list[str]) -> pd.DataFrame:
+        df = store.read_df(_stmt(sql), {"run_ids": stale, "limit": int(limit)})
+        df["value"] = pd.to_numeric(df["value"]).astype("float64")
+        return df
+
+    params = {"metric": metric, "limit": int(limit)}
+    df = rollups.cached_runs(store, ids, "metric_samples", params, compute)
+    return df.sort_values("run_id", kind="stable").reset_index(drop=True)
