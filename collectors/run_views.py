@@ -5,7 +5,8 @@ a run of millions of requests does not wait for their aggregation.
 Every run gets its summary (``store.run_stats``: Home, Compare, the pickers). Runs of at least
 :data:`LARGE_RUN` requests also get the default views of the Latency and Memory pages — the
 per-bucket TTFT percentiles with the default buckets, the heatmap and the timeline over the
-whole run, the request sample, the slowest requests and their in-flight counts — read with the
+whole run, the request sample, the slowest requests and their in-flight counts — and Compare's
+SLO attainment under every stored profile and the samples behind its CDFs, all read with the
 same arguments the pages use, so they land in the same rollups (``store.rollups``). Smaller
 runs need none of it: each view of them takes well under 0.1 s.
 
@@ -18,10 +19,11 @@ import logging
 from collections.abc import Sequence
 from typing import Final
 
+from analysis import slo
 from analysis.buckets import DEFAULT_EDGES
 from analysis.latency import heatmap_window_s
-from errors import StoreError
-from store import latency_queries, memory_queries, run_stats
+from errors import ConfigError, StoreError
+from store import catalog, compare_queries, latency_queries, memory_queries, run_stats
 from store.db import Store
 
 log = logging.getLogger("servescope.run_views")
@@ -47,6 +49,7 @@ def prepare(store: Store, run_ids: Sequence[str], *, large_run: int = LARGE_RUN)
         ):
             _latency_views(store, str(run_id), float(first), float(last))
             _memory_views(store, str(run_id))
+            _compare_views(store, str(run_id))
     except StoreError as exc:
         log.info("page views left to the first view: %s", exc)
         return False
@@ -65,6 +68,20 @@ def _latency_views(store: Store, run_id: str, first_sent: float, last_done: floa
     latency_queries.request_sample(store, run, latency_queries.SAMPLE_LIMIT)
     slow = latency_queries.slowest_requests(store, run, latency_queries.DEFAULT_TOP, "ttft_ms")
     latency_queries.in_flight_at(store, run_id, slow["sent_at"].dropna().tolist())
+
+
+def _compare_views(store: Store, run_id: str) -> None:
+    """The run's SLO attainment under every stored SLO profile, and the samples the Compare
+    page draws its CDFs and bootstrap from (ui.cache.compare)."""
+    for name in catalog.names(store, "slo_profiles"):
+        try:
+            profile = slo.SloProfile.from_entry(catalog.get(store, "slo_profiles", name))
+        except ConfigError:
+            continue  # an invalid profile: the page says so when it is picked
+        compare_queries.slo_attainment(store, [run_id], profile.sql_thresholds())
+    limit = compare_queries.SAMPLE_LIMIT
+    compare_queries.request_samples(store, [run_id], limit)
+    compare_queries.metric_samples(store, [run_id], "itl_ms", limit)
 
 
 def _memory_views(store: Store, run_id: str) -> None:

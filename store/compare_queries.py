@@ -28,6 +28,8 @@ from store.sql import OK, SAMPLE_METRICS, _coerce, _filtered, _json_object
 
 #: Most runs one read compares.
 MAX_RUNS: Final = 200
+#: Values per run the Compare page draws its CDFs and bootstrap from.
+SAMPLE_LIMIT: Final = 5_000
 
 _RUN_META: Final = (
     "run_id, name, source, framework, framework_version, model, gpu_name, gpu_count, workload, "

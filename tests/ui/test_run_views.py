@@ -48,9 +48,18 @@ def test_prepared_runs_render_from_stored_rollups(db_url: str) -> None:
         "slowest_requests",
         "in_flight_at",
         "latency_timeline",
+        "request_samples",
+        "metric_samples",
+        "slo_attainment",
     }
     _render("latency.py", "c32")
     _render("memory.py", "c32")
+    at = AppTest.from_file(str(ROOT / "pages" / "compare.py"), default_timeout=60)
+    at.query_params["runs"] = "c32,c8"
+    at.session_state["compare_distributions"] = True  # the CDFs and the bootstrap
+    at.run()
+    assert [e.value for e in at.exception] == [] and [e.value for e in at.error] == []
+    assert len([c for c in at.get("plotly_chart")]) > 0
     pd.testing.assert_frame_equal(_stored(db_url), prepared)  # nothing new was aggregated
 
 

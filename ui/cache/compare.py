@@ -17,7 +17,7 @@ TTL_S = settings.cache_ttl_s()
 #: Runs offered in the picker (newest first).
 CANDIDATES_LIMIT = 500
 #: Most values per run a CDF (and the bootstrap) is drawn from.
-SAMPLE_LIMIT = 5_000
+SAMPLE_LIMIT = compare_queries.SAMPLE_LIMIT
 #: Bootstrap replicates for baseline vs candidate, and the percentiles compared.
 N_BOOT = 300
 METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
