@@ -73,12 +73,14 @@ def _latency_views(store: Store, run_id: str, first_sent: float, last_done: floa
 def _compare_views(store: Store, run_id: str) -> None:
     """The run's SLO attainment under every stored SLO profile, and the samples the Compare
     page draws its CDFs and bootstrap from (ui.cache.compare)."""
+    thresholds = []
     for name in catalog.names(store, "slo_profiles"):
         try:
             profile = slo.SloProfile.from_entry(catalog.get(store, "slo_profiles", name))
         except ConfigError:
             continue  # an invalid profile: the page says so when it is picked
-        compare_queries.slo_attainment(store, [run_id], profile.sql_thresholds())
+        thresholds.append(profile.sql_thresholds())
+    compare_queries.prepare_attainment(store, [run_id], thresholds)
     limit = compare_queries.SAMPLE_LIMIT
     compare_queries.request_samples(store, [run_id], limit)
     compare_queries.metric_samples(store, [run_id], "itl_ms", limit)

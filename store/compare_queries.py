@@ -15,8 +15,9 @@ started_at``, else first send → last completion.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
-from typing import Final
+from typing import Any, Final
 
 import pandas as pd
 import sqlalchemy as sa
@@ -165,26 +166,64 @@ def slo_attainment(
 
 
 def _met_counts(store: Store, run_ids: list[str], params: Mapping[str, float]) -> pd.DataFrame:
+    return _met_counts_many(store, run_ids, [params])[0]
+
+
+def _met_counts_many(
+    store: Store, run_ids: list[str], sets: Sequence[Mapping[str, float]]
+) -> list[pd.DataFrame]:
+    """The attainment counts of ``run_ids`` under each threshold set, from ONE scan."""
     dbl = "DOUBLE PRECISION"
-    ttft = (
-        f"q.ttft_ms <= CAST(:ttft_base AS {dbl}) + CAST(:ttft_per_1k AS {dbl}) "
-        f"* COALESCE(q.input_tokens, 0) / 1000.0"
-    )
-    tpot = f"(q.tpot_ms IS NULL OR q.tpot_ms <= CAST(:tpot AS {dbl}))"
-    e2e = f"q.e2e_ms <= CAST(:e2e AS {dbl})"
+    cols: list[str] = []
+    bound: dict[str, Any] = {"run_ids": run_ids}
+    for k, params in enumerate(sets):
+        bound.update({f"{name}_{k}": float(v) for name, v in params.items()})
+        ttft = (
+            f"q.ttft_ms <= CAST(:ttft_base_{k} AS {dbl}) + CAST(:ttft_per_1k_{k} AS {dbl}) "
+            f"* COALESCE(q.input_tokens, 0) / 1000.0"
+        )
+        tpot = f"(q.tpot_ms IS NULL OR q.tpot_ms <= CAST(:tpot_{k} AS {dbl}))"
+        e2e = f"q.e2e_ms <= CAST(:e2e_{k} AS {dbl})"
+        cols += [
+            f"{_filtered('COUNT(*)', f'{OK} AND {ttft}')} AS ttft_met_{k}",
+            f"{_filtered('COUNT(*)', f'{OK} AND {tpot}')} AS tpot_met_{k}",
+            f"{_filtered('COUNT(*)', f'{OK} AND {e2e}')} AS e2e_met_{k}",
+            f"{_filtered('COUNT(*)', f'{OK} AND {ttft} AND {tpot} AND {e2e}')} AS met_{k}",
+        ]
     sql = f"""
-        SELECT q.run_id,
-               COUNT(*) AS requests,
-               {_filtered("COUNT(*)", OK)} AS ok,
-               {_filtered("COUNT(*)", f"{OK} AND {ttft}")} AS ttft_met,
-               {_filtered("COUNT(*)", f"{OK} AND {tpot}")} AS tpot_met,
-               {_filtered("COUNT(*)", f"{OK} AND {e2e}")} AS e2e_met,
-               {_filtered("COUNT(*)", f"{OK} AND {ttft} AND {tpot} AND {e2e}")} AS met
+        SELECT q.run_id, COUNT(*) AS requests, {_filtered("COUNT(*)", OK)} AS ok,
+               {", ".join(cols)}
         FROM requests q WHERE q.run_id IN :run_ids
         GROUP BY q.run_id
     """
-    df = store.read_df(_stmt(sql), {"run_ids": run_ids, **params})
-    return _coerce(df, ints=_MET_COUNTS)
+    wide = store.read_df(_stmt(sql), bound)
+    out = []
+    for k in range(len(sets)):
+        names = {f"{c}_{k}": c for c in ("ttft_met", "tpot_met", "e2e_met", "met")}
+        part = wide[["run_id", "requests", "ok", *names]].rename(columns=names)
+        out.append(_coerce(part.reset_index(drop=True), ints=_MET_COUNTS))
+    return out
+
+
+def prepare_attainment(
+    store: Store, run_ids: Sequence[str], threshold_sets: Sequence[Mapping[str, float]]
+) -> None:
+    """Keep :func:`slo_attainment`'s counts of ``run_ids`` under several threshold sets (every
+    stored SLO profile) from one scan of their requests, instead of one scan per set."""
+    ids = _ids(run_ids)
+    needed = ("ttft_base", "ttft_per_1k", "tpot", "e2e")
+    sets = [{k: float(t[k]) for k in needed} for t in threshold_sets]
+    if not ids or not sets:
+        return
+    versions = rollups.versions(store, ids)  # read before the rows they will vouch for
+    started = time.perf_counter()
+    frames = _met_counts_many(store, [r for r in ids if r in versions], sets)
+    elapsed_ms = (time.perf_counter() - started) * 1000
+    for params, frame in zip(sets, frames, strict=True):
+        per_run = {
+            r: (v, frame[frame["run_id"] == r].reset_index(drop=True)) for r, v in versions.items()
+        }
+        rollups.keep(store, "slo_attainment", params, per_run, elapsed_ms / len(sets))
 
 
 def request_samples(store: Store, run_ids: Sequence[str], limit: int = 20_000) -> pd.DataFrame:

@@ -80,18 +80,29 @@ def _stmt(sql: str) -> sa.TextClause:
     return sa.text(sql).bindparams(sa.bindparam("run_ids", expanding=True))
 
 
+def versions(store: Store, run_ids: Sequence[str]) -> dict[str, int]:
+    """The current data_version of each existing run of ``run_ids`` — read it BEFORE the rows a
+    result is computed from, and :func:`keep` the result with it."""
+    with store.connect() as conn:
+        return _versions(conn, list(run_ids))
+
+
+def _versions(conn: sa.Connection, run_ids: list[str]) -> dict[str, int]:
+    return {
+        str(r): int(v or 0)
+        for r, v in conn.execute(
+            _stmt("SELECT run_id, data_version FROM runs WHERE run_id IN :run_ids"),
+            {"run_ids": run_ids},
+        )
+    }
+
+
 def _lookup(
     store: Store, run_ids: list[str], kind: str, key: str
 ) -> tuple[dict[str, int], dict[str, pd.DataFrame]]:
     """(current data_version of each existing run, the fresh stored results by run)."""
     with store.connect() as conn:
-        versions = {
-            str(r): int(v or 0)
-            for r, v in conn.execute(
-                _stmt("SELECT run_id, data_version FROM runs WHERE run_id IN :run_ids"),
-                {"run_ids": run_ids},
-            )
-        }
+        versions = _versions(conn, run_ids)
         stored = conn.execute(
             _stmt(
                 "SELECT run_id, data_version, payload FROM run_rollups "
@@ -115,6 +126,18 @@ def fresh_runs(
     if any(r not in fresh for r in ids):
         return None
     return pd.concat([fresh[r] for r in ids], ignore_index=True)
+
+
+def keep(
+    store: Store,
+    kind: str,
+    params: Mapping[str, Any],
+    results: Mapping[str, tuple[int, pd.DataFrame]],
+    compute_ms: float,
+) -> None:
+    """Store results computed outside :func:`cached_runs` (several at once): ``results`` maps
+    run_id → (the data_version read before computing, the run's frame). Best effort."""
+    _save(store, kind, params_key(params), results, compute_ms)
 
 
 def _save(

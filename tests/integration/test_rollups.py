@@ -196,3 +196,20 @@ def test_db_prepare_keeps_every_runs_summary(
     assert sorted(kept.loc[kept["kind"] == "run_stats", "run_id"]) == ["a", "b", "empty"]
     assert cli.main(["db", "--db", store_url, "prepare", "a"]) == 0  # already fresh: no-op
     assert len(rollups.stored(store)) == len(kept)
+
+
+def test_attainment_of_several_profiles_is_kept_from_one_scan(store: Store) -> None:
+    loose = {"ttft_base": 1e9, "ttft_per_1k": 0.0, "tpot": 1e9, "e2e": 1e9}
+    tight = {"ttft_base": 25.0, "ttft_per_1k": 0.0, "tpot": 1e9, "e2e": 1e9}
+    compare_queries.prepare_attainment(store, ["a", "b", "missing"], [loose, tight])
+    kept = rollups.stored(store)
+    assert sorted(kept.loc[kept["kind"] == "slo_attainment", "run_id"]) == ["a", "a", "b", "b"]
+    cols = ["run_id", "params", "computed_at"]
+    fresh = kept.loc[kept["kind"] == "slo_attainment", cols].reset_index(drop=True)
+    # served from what was kept: the same counts a scan gives, and nothing recomputed
+    tight_counts = compare_queries.slo_attainment(store, ["a", "b"], tight)
+    assert tight_counts["ttft_met"].tolist() == [2, 0]  # a: 10, 20 ≤ 25 < 30; b: 100, 300
+    assert compare_queries.slo_attainment(store, ["a", "b"], loose)["met"].tolist() == [3, 2]
+    after = rollups.stored(store)
+    after = after.loc[after["kind"] == "slo_attainment", cols].reset_index(drop=True)
+    pd.testing.assert_frame_equal(after, fresh)
