@@ -147,6 +147,8 @@ def _save(
     results: Mapping[str, tuple[int, pd.DataFrame]],
     compute_ms: float,
 ) -> None:
+    if not results:
+        return
     rows = [
         {
             "run_id": run_id,
