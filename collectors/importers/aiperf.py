@@ -17,6 +17,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from collectors import engine_metrics
+from collectors.prometheus_text import Exposition, Sample
+
 from .base import Clock
 from .model import Document, ImportOptions, ParsedFile, ParsedRun
 from .nvidia_common import (
@@ -431,86 +434,70 @@ def parse_gpu(docs: list[Document], options: ImportOptions, clock: Clock) -> Par
     return ParsedFile(format=GPU, sources=[doc.source], samples={"gpu_samples": frame})
 
 
-# Prometheus names → normalised engine metrics (ARCHITECTURE §6); "sum" across series, or "mean"
-ENGINE_METRICS: dict[str, tuple[str, str, str]] = {
-    "vllm:num_requests_running": ("vllm", "requests_running", "sum"),
-    "vllm:num_requests_waiting": ("vllm", "requests_waiting", "sum"),
-    "vllm:kv_cache_usage_perc": ("vllm", "kv_cache_usage", "mean"),
-    "vllm:gpu_cache_usage_perc": ("vllm", "kv_cache_usage", "mean"),
-    "vllm:num_preemptions_total": ("vllm", "preemptions_total", "sum"),
-    "vllm:num_preemptions": ("vllm", "preemptions_total", "sum"),
-    "vllm:prompt_tokens_total": ("vllm", "prompt_tokens_total", "sum"),
-    "vllm:prompt_tokens": ("vllm", "prompt_tokens_total", "sum"),
-    "vllm:generation_tokens_total": ("vllm", "generation_tokens_total", "sum"),
-    "vllm:generation_tokens": ("vllm", "generation_tokens_total", "sum"),
-    "vllm:prefix_cache_hits_total": ("vllm", "prefix_cache_hits_total", "sum"),
-    "vllm:prefix_cache_hits": ("vllm", "prefix_cache_hits_total", "sum"),
-    "vllm:prefix_cache_queries_total": ("vllm", "prefix_cache_queries_total", "sum"),
-    "vllm:prefix_cache_queries": ("vllm", "prefix_cache_queries_total", "sum"),
-    "sglang:num_running_reqs": ("sglang", "requests_running", "sum"),
-    "sglang:num_queue_reqs": ("sglang", "requests_waiting", "sum"),
-    "sglang:token_usage": ("sglang", "kv_cache_usage", "mean"),
-    "sglang:prompt_tokens_total": ("sglang", "prompt_tokens_total", "sum"),
-    "sglang:generation_tokens_total": ("sglang", "generation_tokens_total", "sum"),
-    "tgi_batch_current_size": ("tgi", "requests_running", "sum"),
-    "tgi_queue_size": ("tgi", "requests_waiting", "sum"),
-    "llamacpp:requests_processing": ("llamacpp", "requests_running", "sum"),
-    "llamacpp:requests_deferred": ("llamacpp", "requests_waiting", "sum"),
-    "llamacpp:prompt_tokens_total": ("llamacpp", "prompt_tokens_total", "sum"),
-    "llamacpp:tokens_predicted_total": ("llamacpp", "generation_tokens_total", "sum"),
-    "trtllm_num_requests_running": ("trtllm", "requests_running", "sum"),
-    "trtllm_num_requests_waiting": ("trtllm", "requests_waiting", "sum"),
-    "trtllm_kv_cache_utilization": ("trtllm", "kv_cache_usage", "mean"),
-}
-
-
 def parse_server(docs: list[Document], options: ImportOptions, clock: Clock) -> ParsedFile:
+    """AIPerf's server-metrics export: one /metrics snapshot per line. Each snapshot becomes a
+    Prometheus exposition (gauges and counters as they were, histograms as ``_bucket`` /
+    ``_sum`` / ``_count`` series) normalised by ``collectors.engine_metrics`` — the same mapping
+    as a live scrape — and kept raw."""
     doc = docs[0]
     r = Reader(doc.source.path)
     raw: list[dict[str, Any]] = []
-    norm: dict[tuple[str, float, str], tuple[str, str, list[float]]] = {}
+    engine_rows: list[dict[str, Any]] = []
     for line, obj in doc.objects:
         where = f"line {line}: "
         o = r.obj(obj, where + "(snapshot)")
         target = str(r.require(o, "endpoint_url", where))
         ts = r.req_number(o, "timestamp_ns", where) / 1e9
         metrics = r.get_obj(o, "metrics", where)
+        expo = Exposition()
         for name, series in metrics.items():
             for i, s in enumerate(r.array(series, f"{where}metrics.{name}")):
-                s = r.obj(s, f"{where}metrics.{name}[{i}]")
-                if "value" not in s:
-                    continue  # histograms and summaries: only their series' sums would fit
-                value = r.number(s["value"], f"{where}metrics.{name}[{i}].value")
-                if value is None:
-                    continue
-                labels = s.get("labels") or {}
-                raw.append(
-                    {
-                        "target": target,
-                        "ts": ts,
-                        "name": name,
-                        "labels": json.dumps(labels, sort_keys=True),
-                        "value": value,
-                    }
-                )
-                if name in ENGINE_METRICS:
-                    engine, metric, how = ENGINE_METRICS[name]
-                    norm.setdefault((target, ts, metric), (engine, how, []))[2].append(value)
-    engine_rows = [
-        {
-            "target": t,
-            "ts": ts,
-            "metric": m,
-            "engine": engine,
-            "value": sum(vals) if how == "sum" else sum(vals) / len(vals),
-        }
-        for (t, ts, m), (engine, how, vals) in norm.items()
-    ]
+                at = f"{where}metrics.{name}[{i}]"
+                expo.samples.extend(_snapshot_samples(r, name, r.obj(s, at), at))
+        for sample in expo.samples:
+            raw.append(
+                {
+                    "target": target,
+                    "ts": ts,
+                    "name": sample.name,
+                    "labels": json.dumps(sample.label_dict, sort_keys=True),
+                    "value": sample.value,
+                }
+            )
+        engine = engine_metrics.detect_engine(expo.names())
+        for metric, value in engine_metrics.normalise(expo, engine).items():
+            engine_rows.append(
+                {"target": target, "ts": ts, "metric": metric, "engine": engine, "value": value}
+            )
     samples: dict[str, pd.DataFrame] = {}
     if raw:
         samples["engine_raw_samples"] = pd.DataFrame(raw).drop_duplicates(
             subset=["target", "ts", "name", "labels"]
         )
     if engine_rows:
-        samples["engine_samples"] = pd.DataFrame(engine_rows)
+        samples["engine_samples"] = pd.DataFrame(engine_rows).drop_duplicates(
+            subset=["target", "ts", "metric"]
+        )
     return ParsedFile(format=SERVER, sources=[doc.source], samples=samples)
+
+
+def _snapshot_samples(r: Reader, name: str, s: dict[str, Any], at: str) -> list[Sample]:
+    """One series of a snapshot as exposition samples: ``{"labels", "value"}``, or a histogram
+    ``{"labels", "histogram": {le: cumulative count}, "sum", "count"}``."""
+    labels = tuple(sorted((str(k), str(v)) for k, v in (s.get("labels") or {}).items()))
+    if "value" in s:
+        value = r.number(s["value"], f"{at}.value")
+        return [] if value is None else [Sample(name, labels, value)]
+    hist = s.get("histogram")
+    if not isinstance(hist, dict):
+        return []  # a summary or a shape of a later AIPerf: kept out rather than guessed
+    out = []
+    for le, count in hist.items():
+        c = r.number(count, f"{at}.histogram[{le!r}]")
+        if c is not None:
+            out.append(Sample(f"{name}_bucket", (*labels, ("le", str(le))), c))
+    for part in ("sum", "count"):
+        v = r.number(s.get(part), f"{at}.{part}") if part in s else None
+        if v is not None:
+            out.append(Sample(f"{name}_{part}", labels, v))
+    return out

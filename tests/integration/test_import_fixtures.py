@@ -242,9 +242,23 @@ def test_aiperf_streaming_records_and_server_metrics(store: Store) -> None:
     )
     assert req["status"].tolist() == ["ok", "error"] and req["error"].iloc[1] == "boom"
     eng = store.read_df("SELECT metric, value FROM engine_samples ORDER BY ts, metric")
-    # running summed over the two engine series (3 + 2); KV usage averaged ((0.5 + 0.3)/2)
+    # normalised as a live scrape is (collectors.engine_metrics): running summed over the two
+    # engine series (3 + 2), KV usage averaged ((0.5 + 0.3)/2), the TTFT histogram kept as
+    # cumulative buckets with its sum and count (seconds)
     assert dict(zip(eng["metric"], eng["value"], strict=True)) == pytest.approx(
-        {"kv_cache_usage": 0.4, "requests_running": 5.0, "requests_waiting": 7.0}
+        {
+            "kv_cache_usage": 0.4,
+            "requests_running": 5.0,
+            "requests_waiting": 7.0,
+            "ttft_seconds_bucket:0.1": 3.0,
+            "ttft_seconds_bucket:+Inf": 5.0,
+            "ttft_seconds_sum": 0.9,
+            "ttft_seconds_count": 5.0,
+        }
+    )
+    raw = store.read_df("SELECT name, labels FROM engine_raw_samples")
+    assert ("vllm:time_to_first_token_seconds_bucket", '{"le": "0.1"}') in set(
+        zip(raw["name"], raw["labels"], strict=True)
     )
 
 
