@@ -576,7 +576,8 @@ def load_levels(store: Store, run_id: str) -> pd.DataFrame:
         f"r.ended_at, r.duration_s, r.gpu_count, r.client_params FROM runs r WHERE {cond}",
         params,
     )
-    df = run_stats.figures(runs, run_stats.get(store, runs["run_id"].tolist()))
+    # throughput only: the stored summaries when fresh, else a cheap scan (no percentiles)
+    df = run_stats.figures(runs, run_stats.light(store, runs["run_id"].tolist()))
     df = df[df["requests"] > 0]  # runs that measured nothing are no load level
     bench = _bench_id(row["client_params"])
     if bench is not None and not (isinstance(row["sweep_id"], str) and row["sweep_id"]):

@@ -133,6 +133,38 @@ def stored(store: Store, run_ids: Sequence[str]) -> pd.DataFrame | None:
     return rollups.fresh_runs(store, run_ids, _KIND, {})
 
 
+_LIGHT_COUNTS: Final = ("requests", "ok", "timeouts", "input_tokens", "output_tokens")
+
+
+def light(store: Store, run_ids: Sequence[str]) -> pd.DataFrame:
+    """What :func:`figures` needs of each run — counts, tokens, first send, last send and last
+    completion — from the stored summaries when every one is fresh, else from one cheap scan
+    (no percentiles, nothing kept): for reads that want throughput, not latency."""
+    kept = stored(store, run_ids)
+    if kept is not None:
+        return kept
+    ids = list(dict.fromkeys(str(r) for r in run_ids))
+    if not ids:
+        return _empty()[["run_id", *_LIGHT_COUNTS, "first_sent", "last_sent", "last_done"]]
+    sql = f"""
+        SELECT q.run_id,
+               COUNT(*) AS requests,
+               {_filtered("COUNT(*)", OK)} AS ok,
+               {_filtered("COUNT(*)", "q.status = 'timeout'")} AS timeouts,
+               {_filtered("SUM(q.input_tokens)", OK)} AS input_tokens,
+               {_filtered("SUM(q.output_tokens)", OK)} AS output_tokens,
+               MIN(q.sent_at) AS first_sent,
+               MAX(q.sent_at) AS last_sent,
+               MAX(q.done_at) AS last_done
+        FROM requests q WHERE q.run_id IN :run_ids
+        GROUP BY q.run_id
+    """
+    df = _coerce(store.read_df(_stmt(sql), {"run_ids": ids}), ints=_LIGHT_COUNTS)
+    for col in ("first_sent", "last_sent", "last_done"):
+        df[col] = pd.to_numeric(df[col]).astype("float64")
+    return df
+
+
 def refresh(store: Store, run_ids: Sequence[str]) -> bool:
     """Compute and keep the summaries of ``run_ids`` now (after an import or a bench run), so
     the first page that shows them does not wait for it. Best effort: False (and nothing
@@ -161,7 +193,8 @@ def figures(runs: pd.DataFrame, stats: pd.DataFrame) -> pd.DataFrame:
     out = runs.merge(stats, on="run_id", how="left", suffixes=("", "_stats"))
     out.index = runs.index
     for name in COUNTS:
-        out[name] = pd.to_numeric(out[name]).fillna(0).astype("int64")
+        if name in out or name in _LIGHT_COUNTS:
+            out[name] = pd.to_numeric(out[name]).fillna(0).astype("int64")
     requests = out["requests"].astype("float64").replace(0.0, np.nan)
     out["errors"] = out["requests"] - out["ok"]
     out["error_rate"] = out["errors"] / requests

@@ -213,3 +213,17 @@ def test_attainment_of_several_profiles_is_kept_from_one_scan(store: Store) -> N
     after = rollups.stored(store)
     after = after.loc[after["kind"] == "slo_attainment", cols].reset_index(drop=True)
     pd.testing.assert_frame_equal(after, fresh)
+
+
+def test_light_reads_throughput_without_the_percentiles(store: Store) -> None:
+    cheap = run_stats.light(store, ["a", "b"])  # nothing kept yet: a scan without percentiles
+    assert rollups.stored(store).empty
+    assert "ttft_p50_ms" not in cheap and cheap["requests"].tolist() == [3, 2]
+    full = run_stats.get(store, ["a", "b"])
+    kept = run_stats.light(store, ["a", "b"])  # now the kept summaries themselves
+    pd.testing.assert_frame_equal(kept, full)
+    runs = store.read_df("SELECT run_id, duration_s, started_at, ended_at, gpu_count FROM runs")
+    a = runs[runs["run_id"] == "a"]
+    assert run_stats.figures(a, cheap)["output_throughput"].tolist() == pytest.approx(
+        run_stats.figures(a, full)["output_throughput"].tolist()
+    )
