@@ -226,6 +226,20 @@ def prepare_attainment(
         rollups.keep(store, "slo_attainment", params, per_run, elapsed_ms / len(sets))
 
 
+def samples_ready(store: Store, run_ids: Sequence[str], limit: int = SAMPLE_LIMIT) -> bool:
+    """True when :func:`request_samples` and the ITL :func:`metric_samples` of every run of
+    ``run_ids`` are stored and fresh (``run_views.prepare`` keeps them for large runs), so
+    drawing them costs no scan."""
+    ids = _ids(run_ids)
+    for kind, params in (
+        ("request_samples", {"limit": int(limit)}),
+        ("metric_samples", {"metric": "itl_ms", "limit": int(limit)}),
+    ):
+        if rollups.fresh_runs(store, ids, kind, params) is None:
+            return False
+    return True
+
+
 def request_samples(store: Store, run_ids: Sequence[str], limit: int = 20_000) -> pd.DataFrame:
     """TTFT, TPOT and E2E of successful requests, per run, in one read: every request when a
     run has at most ``limit`` successful ones, else a stride sample (every k-th by seq) of about

@@ -22,6 +22,7 @@ from analysis.metrics import low_confidence
 from errors import ConfigError
 from ui import cache
 from ui import format as fmt
+from ui.cache import compare as cache_compare
 
 RUNS_PARAM, SLO_PARAM, BY_PARAM, BASE_PARAM, CAND_PARAM = "runs", "slo", "by", "base", "cand"
 RUNS_KEY, SLO_KEY, BY_KEY, BASE_KEY, CAND_KEY = (
@@ -470,12 +471,16 @@ def profile_editor(current: slo.SloProfile | None) -> None:
 
 def want_distributions(rows: pd.DataFrame) -> bool:
     """A toggle for the sampled views (CDFs, bootstrap): on by default up to
-    ``BIG_SELECTION`` requests in the selected runs, off above (each sample scans the runs)."""
+    ``BIG_SELECTION`` requests in the selected runs, or when every run's samples are already
+    stored (``run_views.prepare``); off above otherwise (each sample scans the runs)."""
     total = int(pd.to_numeric(rows["requests"]).fillna(0).sum()) if "requests" in rows else 0
+    has_rows = pd.to_numeric(rows["requests"]).fillna(0) > 0 if "requests" in rows else []
+    per_request = [str(r) for r in rows["run_id"][has_rows]] if len(rows) else []
+    small = total <= BIG_SELECTION
     on = bool(
         st.toggle(
             "Latency CDFs and baseline vs candidate",
-            value=total <= BIG_SELECTION,
+            value=small or cache_compare.samples_ready(per_request),
             key=DIST_KEY,
             help="Drawn from an even sample of each run (at most 5,000 values per metric).",
         )

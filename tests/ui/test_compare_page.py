@@ -274,3 +274,21 @@ def test_memory_cap_is_judged_on_each_runs_gpu_samples(db_url: str) -> None:
     assert pd.isna(peaks[0]) and peaks[1:] == [pytest.approx(0.55), pytest.approx(0.875)]
     assert runs["GPU memory peak ≤ 0.8"].tolist() == ["no data", "pass", "FAIL"]
     assert runs["SLO"].tolist()[2] == "FAIL"
+
+
+def test_sampled_views_start_on_when_prepared(
+    seeded_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from collectors import run_views
+    from ui import compare_view
+
+    monkeypatch.setattr(compare_view, "BIG_SELECTION", 100)  # the seeded runs hold 172
+    store = Store.open(seeded_url)
+    try:  # as `servescope import` / `bench` leave large runs: their samples already kept
+        assert run_views.prepare(store, ["run-sim", "run-import", "run-empty"], large_run=1)
+    finally:
+        store.dispose()
+    at = _run()
+    _ok(at)
+    assert at.toggle(key="compare_distributions").value is True
+    assert _tables(at, "compare_diff_table")

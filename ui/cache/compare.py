@@ -72,6 +72,17 @@ def _baseline_vs_candidate(
     return compare.compare_samples(pick["base"], pick["cand"], PERCENTILES, n_boot=n_boot)
 
 
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def _samples_ready(url: str, run_ids: tuple[str, ...], limit: int) -> bool:
+    with _store(url) as store:
+        return compare_queries.samples_ready(store, run_ids, limit)
+
+
+def samples_ready(run_ids: Sequence[str]) -> bool:
+    """Whether every run's distribution samples are already stored (drawing them is free)."""
+    return _samples_ready(settings.db_url(), tuple(run_ids), SAMPLE_LIMIT)
+
+
 def candidates(limit: int = CANDIDATES_LIMIT) -> pd.DataFrame:
     """The newest runs to pick from (``compare_queries.candidates``; reads no requests)."""
     return _candidates(settings.db_url(), int(limit))
