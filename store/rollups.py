@@ -6,9 +6,10 @@ browser and after every restart. A read wrapped in :func:`cached_runs` or :func:
 stores its result per run in ``run_rollups`` and answers later calls from there.
 
 Validity: every write of a run's requests or token gaps bumps ``runs.data_version`` in the same
-transaction (``store.ingest``) and deletes the run's rollups. A rollup records the version it
-was computed at, read *before* the rows it aggregates, so a result that raced with a write is
-tagged with the older version and never served: the newer version no longer matches it.
+transaction (``store.ingest``). A rollup records the version it was computed at, read *before*
+the rows it aggregates, so a result that raced with a write is tagged with the older version
+and never served: the newer version no longer matches it. Rollups of older versions are
+removed when a newer one is kept, and with their run.
 
 Only what is worth it is kept: a result that took less than ``min_compute_s`` (default
 ``SERVESCOPE_ROLLUP_MIN_MS``) is recomputed next time instead, so small runs cost no writes.
@@ -171,6 +172,12 @@ def _save(
                     table.c.run_id.in_(list(results)),
                 )
             )
+            # rollups of these runs' older data (any kind) are dead weight: drop them here,
+            # on the reader's side (ingest only bumps the version, see touch)
+            for run_id, (version, _) in results.items():
+                conn.execute(
+                    sa.delete(table).where(table.c.run_id == run_id, table.c.data_version < version)
+                )
             conn.execute(sa.insert(table), rows)
     except StoreError as exc:  # locked, read-only …: the result is still good to return
         log.info("rollup %s not stored (%s); it will be recomputed next time", kind, exc)
@@ -247,8 +254,11 @@ def cached_run(
 
 
 def touch(conn: sa.Connection, run_ids: Sequence[str]) -> None:
-    """Inside a writing transaction: the runs' rows change, so bump their data_version and
-    drop their rollups (ingest calls this with every write of requests or token gaps)."""
+    """Inside a writing transaction: the runs' rows change, so bump their data_version (ingest
+    calls this with every write of requests or token gaps). That alone retires their rollups.
+    The writer deliberately leaves run_rollups alone: on DuckDB a delete there would conflict
+    with a reader keeping a rollup at the same moment ("Conflict on tuple deletion") and fail
+    the collector's flush; the next rollup kept for the run removes the stale ones instead."""
     ids = list(dict.fromkeys(str(r) for r in run_ids))
     if not ids:
         return
@@ -258,7 +268,6 @@ def touch(conn: sa.Connection, run_ids: Sequence[str]) -> None:
         ),
         {"run_ids": ids},
     )
-    conn.execute(_stmt("DELETE FROM run_rollups WHERE run_id IN :run_ids"), {"run_ids": ids})
 
 
 def forget(conn: sa.Connection, run_id: str) -> None:

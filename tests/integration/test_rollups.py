@@ -85,6 +85,11 @@ def test_served_from_the_store_until_the_runs_rows_change(store: Store) -> None:
     assert count.asked[-1] == ["a"]  # only the changed run is aggregated again
     assert third.set_index("run_id").loc["a", "requests"] == 4
     assert third.set_index("run_id").loc["a", "ttft_p50_ms"] == pytest.approx(25.0)
+    # a's rollups of its older rows ({} and {"x": 1}) went when the new one was kept: the
+    # writer only bumped the version
+    kept = rollups.stored(store)
+    assert len(kept[(kept["run_id"] == "a") & (kept["kind"] == "t")]) == 1
+    assert kept.loc[kept["run_id"] == "a", "data_version"].nunique() == 1
 
 
 def test_token_gaps_and_reimports_and_deletes_invalidate(store: Store) -> None:
@@ -227,3 +232,39 @@ def test_light_reads_throughput_without_the_percentiles(store: Store) -> None:
     assert run_stats.figures(a, cheap)["output_throughput"].tolist() == pytest.approx(
         run_stats.figures(a, full)["output_throughput"].tolist()
     )
+
+
+def test_concurrent_writes_never_leave_a_stale_summary(store: Store) -> None:
+    """A writer adds batches to run a while summaries are read (and kept) over and over: every
+    summary read counts at least what was committed before the read began, and once writing
+    stops the summary is exact — no rollup computed from older rows is ever served."""
+    import threading
+
+    batches, size = 40, 25
+    committed = [3]  # run a starts with 3 requests
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def writer() -> None:
+        try:
+            for b in range(batches):
+                ingest.add_requests(store, _requests("a", [5.0] * size, start=100 + b * size))
+                committed.append(committed[-1] + size)
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    reads = 0
+    while not done.is_set() or reads < 3:
+        before = committed[-1]
+        got = int(run_stats.get(store, ["a"])["requests"].iloc[0])
+        assert got >= before  # never older than what was committed before the read
+        reads += 1
+    thread.join()
+    assert not errors
+    final = 3 + batches * size
+    assert int(run_stats.get(store, ["a"])["requests"].iloc[0]) == final
+    assert run_stats.get(store, ["a"])["ttft_n"].tolist() == [final]
