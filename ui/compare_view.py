@@ -474,8 +474,10 @@ def want_distributions(rows: pd.DataFrame) -> bool:
     ``BIG_SELECTION`` requests in the selected runs, or when every run's samples are already
     stored (``run_views.prepare``); off above otherwise (each sample scans the runs)."""
     total = int(pd.to_numeric(rows["requests"]).fillna(0).sum()) if "requests" in rows else 0
-    has_rows = pd.to_numeric(rows["requests"]).fillna(0) > 0 if "requests" in rows else []
-    per_request = [str(r) for r in rows["run_id"][has_rows]] if len(rows) else []
+    per_request: list[str] = []
+    if "requests" in rows and len(rows):
+        has_rows = pd.to_numeric(rows["requests"]).fillna(0) > 0
+        per_request = [str(r) for r in rows.loc[has_rows, "run_id"]]
     small = total <= BIG_SELECTION
     on = bool(
         st.toggle(
