@@ -105,6 +105,7 @@ def delete_run(store: Store, run_id: str) -> None:
     """Delete a run with its requests and token gaps, in one transaction."""
     with store.connect() as conn:
         _delete_run(conn, run_id)
+        rollups.forget(conn, run_id)
 
 
 def _delete_run(conn: sa.Connection, run_id: str) -> int:
@@ -112,7 +113,6 @@ def _delete_run(conn: sa.Connection, run_id: str) -> int:
     version = conn.execute(
         sa.select(schema.runs.c.data_version).where(schema.runs.c.run_id == run_id)
     ).scalar()
-    rollups.forget(conn, run_id)
     for table in (schema.token_gaps, schema.requests, schema.runs):
         conn.execute(sa.delete(table).where(table.c.run_id == run_id))
     return int(version or 0)
@@ -142,7 +142,9 @@ def replace_runs(
         for item in runs:
             values = _run_values({"source": "servescope", **item.run})
             # the new copy continues the old one's data_version, so that a rollup computed
-            # from the old rows can never pass for the new ones
+            # from the old rows can never pass for the new ones (and is pruned by the next
+            # one kept: deleting it here could conflict with a reader keeping one, see
+            # rollups.touch)
             version = _delete_run(conn, values["run_id"]) + 1
             conn.execute(
                 sa.insert(schema.runs).values(
