@@ -8,6 +8,7 @@ file, the open is retried with jittered exponential backoff up to a deadline, th
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import threading
@@ -63,6 +64,7 @@ class Store:
     ) -> None:
         self.engine = engine
         self.lock_timeout_s = lock_timeout_s
+        self._open_close_lock = _open_close_lock(engine)
         self._sleep = sleep
         self._clock = clock
 
@@ -133,7 +135,8 @@ class Store:
                 ) from exc
             raise StoreError(f"store error on {self.url}: {_first_line(exc)}") from exc
         finally:
-            conn.close()
+            with self._open_close_lock:
+                conn.close()
 
     @contextmanager
     def pinned(self) -> Iterator[Store]:
@@ -148,7 +151,8 @@ class Store:
         delay = 0.01
         while True:
             try:
-                return self.engine.connect()
+                with self._open_close_lock:
+                    return self.engine.connect()
             except Exception as exc:  # the DB-API error type depends on the dialect
                 if not is_lock_error(exc):
                     raise StoreError(
@@ -193,6 +197,24 @@ class _PinnedStore(Store):
     @contextmanager
     def pinned(self) -> Iterator[Store]:
         yield self
+
+
+_DUCKDB_OPEN_CLOSE: dict[str, threading.Lock] = {}
+
+
+def _open_close_lock(engine: sa.Engine) -> threading.Lock | contextlib.nullcontext[None]:
+    """For a DuckDB file: one lock per file and process around opening and closing connections.
+
+    In-process DuckDB connections share one database instance, created by the first open and
+    destroyed by the last close. Opened concurrently from two threads, the second connection
+    can be handed the instance before the first finished setting it up, and its next Arrow
+    scan fails with "Table Function with name python_arrow_scan does not exist" (seen in
+    tests/integration/test_rollups.py's concurrent writer). Queries themselves run unlocked.
+    """
+    if engine.dialect.name != "duckdb":
+        return contextlib.nullcontext()
+    with _engines_lock:
+        return _DUCKDB_OPEN_CLOSE.setdefault(str(engine.url), threading.Lock())
 
 
 def _first_line(exc: BaseException) -> str:
