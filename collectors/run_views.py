@@ -3,7 +3,8 @@
 a run of millions of requests does not wait for their aggregation.
 
 Every run gets its summary (``store.run_stats``: Home, Compare, the pickers). Runs of at least
-:data:`LARGE_RUN` requests also get the default views of the Latency and Memory pages — the
+:data:`LARGE_RUN` requests also get Home's distribution samples, the default views of the
+Latency and Memory pages — the
 per-bucket TTFT percentiles with the default buckets, the heatmap and the timeline over the
 whole run, the request sample, the slowest requests and their in-flight counts — and Compare's
 SLO attainment under every stored profile and the samples behind its CDFs, all read with the
@@ -23,8 +24,9 @@ from analysis import slo
 from analysis.buckets import DEFAULT_EDGES
 from analysis.latency import heatmap_window_s
 from errors import ConfigError, StoreError
-from store import catalog, compare_queries, latency_queries, memory_queries, run_stats
+from store import catalog, compare_queries, latency_queries, memory_queries, queries, run_stats
 from store.db import Store
+from store.sql import SAMPLE_METRICS
 
 log = logging.getLogger("servescope.run_views")
 
@@ -47,6 +49,7 @@ def prepare(store: Store, run_ids: Sequence[str], *, large_run: int = LARGE_RUN)
         for run_id, first, last in zip(
             large["run_id"], large["first_sent"], large["last_done"], strict=True
         ):
+            _home_views(store, str(run_id))
             _latency_views(store, str(run_id), float(first), float(last))
             _memory_views(store, str(run_id))
             _compare_views(store, str(run_id))
@@ -54,6 +57,12 @@ def prepare(store: Store, run_ids: Sequence[str], *, large_run: int = LARGE_RUN)
         log.info("page views left to the first view: %s", exc)
         return False
     return True
+
+
+def _home_views(store: Store, run_id: str) -> None:
+    """The samples Home draws the run's histograms and ECDFs from (ui.cache)."""
+    for metric in SAMPLE_METRICS:
+        queries.run_metric_sample(store, run_id, metric, queries.SAMPLE_LIMIT)
 
 
 def _latency_views(store: Store, run_id: str, first_sent: float, last_done: float) -> None:

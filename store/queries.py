@@ -24,7 +24,7 @@ import pandas as pd
 import sqlalchemy as sa
 
 from errors import InputError
-from store import run_stats
+from store import rollups, run_stats
 from store.db import Store
 from store.sql import (
     BUCKET_QUANTILES,
@@ -205,11 +205,18 @@ def run_requests(store: Store, run_id: str, limit: int = 5000) -> pd.DataFrame:
     return _coerce(df, ints=("seq",))
 
 
-def run_metric_sample(store: Store, run_id: str, metric: str, limit: int = 20000) -> pd.DataFrame:
+#: Values per metric Home draws a run's histograms and ECDFs from.
+SAMPLE_LIMIT: Final = 20_000
+
+
+def run_metric_sample(
+    store: Store, run_id: str, metric: str, limit: int = SAMPLE_LIMIT
+) -> pd.DataFrame:
     """Values of one metric (``ttft_ms``, ``tpot_ms``, ``e2e_ms`` or ``itl_ms``) for its chart.
 
     Successful requests only; every value when there are at most ``limit``, else a stride sample
-    of about ``limit`` spread over the run. One float column, ``value`` (ms).
+    of about ``limit`` spread over the run. One float column, ``value`` (ms). Kept as a rollup
+    of the run (``store.rollups``).
     """
     if metric not in SAMPLE_METRICS:
         raise InputError(
@@ -246,11 +253,16 @@ def run_metric_sample(store: Store, run_id: str, metric: str, limit: int = 20000
             ORDER BY q.seq
             LIMIT :limit
         """
-    df = store.read_df(sql, {"run_id": run_id, "limit": int(limit)})
-    if df.empty:
-        return pd.DataFrame({"value": pd.Series([], dtype="float64")})
-    df["value"] = pd.to_numeric(df["value"]).astype("float64")
-    return df
+
+    def compute() -> pd.DataFrame:
+        df = store.read_df(sql, {"run_id": run_id, "limit": int(limit)})
+        if df.empty:
+            return pd.DataFrame({"value": pd.Series([], dtype="float64")})
+        df["value"] = pd.to_numeric(df["value"]).astype("float64")
+        return df
+
+    params = {"metric": metric, "limit": int(limit)}
+    return rollups.cached_run(store, run_id, "run_metric_sample", params, compute)
 
 
 def run_errors(store: Store, run_id: str, limit: int = 10) -> pd.DataFrame:

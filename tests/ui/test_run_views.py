@@ -51,7 +51,9 @@ def test_prepared_runs_render_from_stored_rollups(db_url: str) -> None:
         "request_samples",
         "metric_samples",
         "slo_attainment",
+        "run_metric_sample",
     }
+    _render("home.py", "c32")
     _render("latency.py", "c32")
     _render("memory.py", "c32")
     at = AppTest.from_file(str(ROOT / "pages" / "compare.py"), default_timeout=60)

@@ -27,7 +27,7 @@ TTL_S = settings.cache_ttl_s()
 #: Runs the home page lists (and offers in its picker).
 LATEST_RUNS_LIMIT = 200
 #: Most values a distribution chart is drawn from.
-SAMPLE_LIMIT = 20_000
+SAMPLE_LIMIT = queries.SAMPLE_LIMIT
 
 
 @contextmanager
