@@ -9,6 +9,7 @@ each the median of ``--repeats`` cold runs (no Streamlit cache):
     compare_queries.run_aggregates, slo_attainment, metric_samples ×4), both aggregated from
     the rows (no stored rollups) and served from the stored per-run rollups, and the pure
     work on top (per-run shaping, verdicts, capacity, charts, the bootstrap);
+  * Home on the same store (its newest run), first view and cold view;
   * the whole page rendered by Streamlit's AppTest with all 9 runs selected (target < 2 s):
     its very first view (nothing stored: every aggregate computed), the first view after
     ``collectors.run_views.prepare`` (what `servescope import` / `bench` do when they finish),
@@ -301,6 +302,18 @@ def main() -> None:
     at.run()  # a rerun with warm caches (a widget change)
     warm = time.perf_counter() - t0
 
+    def render_home() -> float:  # Home on the same store: its newest run (1.1M requests)
+        st.cache_data.clear()
+        home = AppTest.from_file(str(ROOT / "pages" / "home.py"), default_timeout=120)
+        t0 = time.perf_counter()
+        home.run()
+        elapsed = time.perf_counter() - t0
+        assert not home.exception, [e.value for e in home.exception]
+        return elapsed
+
+    home_first = [(clear_rollups(url), render_home())[1] for _ in range(args.repeats)]
+    home_cold = [render_home() for _ in range(args.repeats)]
+
     print(f"\nCompare page reads, {args.requests:,} requests, median of {args.repeats} (cold):")
     for label, seconds in rows:
         print(f"  {label:<52} {seconds * 1000:9.1f} ms")
@@ -317,6 +330,10 @@ def main() -> None:
         f"{statistics.median(renders):7.3f} s"
     )
     print(f"  {'rerun with warm Streamlit caches':<52} {warm:7.3f} s")
+    print(
+        f"\nHome page (newest run, 1.1M requests): first view, nothing stored "
+        f"{statistics.median(home_first):.3f} s; cold view {statistics.median(home_cold):.3f} s"
+    )
     passing = per[["series", "load", "passed"]].to_dict("records")
     print(
         "\nverdicts: " + json.dumps([[r["series"][-30:], r["load"], r["passed"]] for r in passing])

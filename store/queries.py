@@ -214,9 +214,9 @@ def run_metric_sample(
 ) -> pd.DataFrame:
     """Values of one metric (``ttft_ms``, ``tpot_ms``, ``e2e_ms`` or ``itl_ms``) for its chart.
 
-    Successful requests only; every value when there are at most ``limit``, else a stride sample
-    of about ``limit`` spread over the run. One float column, ``value`` (ms). Kept as a rollup
-    of the run (``store.rollups``).
+    Successful requests only (ITL: the gaps of requests that did not fail); every value when
+    there are at most ``limit``, else a stride sample of about ``limit`` spread over the run.
+    One float column, ``value`` (ms). Kept as a rollup of the run (``store.rollups``).
     """
     if metric not in SAMPLE_METRICS:
         raise InputError(
@@ -225,37 +225,33 @@ def run_metric_sample(
     if limit < 1:
         raise InputError(f"limit must be at least 1, got {limit}")
     column = SAMPLE_METRICS[metric]
-    if metric == "itl_ms":
-        sql = f"""
-            WITH g AS (
-                SELECT g.seq, g.idx, g.gap_ms
-                FROM token_gaps g
-                JOIN requests q ON q.run_id = g.run_id AND q.seq = g.seq
-                WHERE g.run_id = :run_id AND {OK}
-            ),
-            n AS (SELECT COUNT(*) AS c FROM g)
-            SELECT g.gap_ms AS value
-            FROM g CROSS JOIN n
-            WHERE MOD(g.seq + g.idx, GREATEST(1, CAST(CEIL(n.c * 1.0 / :limit) AS INTEGER))) = 0
-            ORDER BY g.seq, g.idx
-            LIMIT :limit
-        """
-    else:
-        sql = f"""
-            WITH n AS (
-                SELECT COUNT(*) AS c FROM requests q
-                WHERE q.run_id = :run_id AND {OK} AND q.{column} IS NOT NULL
+    if metric == "itl_ms":  # the gaps of requests that did not fail (as run_stats pools them)
+        rows = """
+            FROM token_gaps g
+            WHERE g.run_id = :run_id AND NOT EXISTS (
+                SELECT 1 FROM requests q
+                WHERE q.run_id = g.run_id AND q.seq = g.seq AND q.status <> 'ok'
             )
-            SELECT q.{column} AS value
-            FROM requests q CROSS JOIN n
-            WHERE q.run_id = :run_id AND {OK} AND q.{column} IS NOT NULL
-              AND MOD(q.seq, GREATEST(1, CAST(CEIL(n.c * 1.0 / :limit) AS INTEGER))) = 0
-            ORDER BY q.seq
-            LIMIT :limit
         """
+        pick, order = "g.gap_ms", "g.seq, g.idx"
+        stride_key = "MOD(g.seq + g.idx, :k) = 0"
+    else:
+        rows = f"FROM requests q WHERE q.run_id = :run_id AND {OK} AND q.{column} IS NOT NULL"
+        pick, order = f"q.{column}", "q.seq"
+        stride_key = "MOD(q.seq, :k) = 0"
+    sql = f"SELECT {pick} AS value {rows} AND {stride_key} ORDER BY {order} LIMIT :limit"
+
+    def stride() -> int:
+        """Every k-th value: k from the run's stored summary's count when there is one."""
+        stats = run_stats.stored(store, [run_id])
+        if stats is not None and not stats.empty:
+            n = int(stats[f"{metric.removesuffix('_ms')}_n"].iloc[0])
+        else:
+            n = int(store.read_df(f"SELECT COUNT(*) AS c {rows}", {"run_id": run_id})["c"][0])
+        return max(1, -(-n // int(limit)))
 
     def compute() -> pd.DataFrame:
-        df = store.read_df(sql, {"run_id": run_id, "limit": int(limit)})
+        df = store.read_df(sql, {"run_id": run_id, "limit": int(limit), "k": stride()})
         if df.empty:
             return pd.DataFrame({"value": pd.Series([], dtype="float64")})
         df["value"] = pd.to_numeric(df["value"]).astype("float64")
