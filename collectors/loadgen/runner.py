@@ -635,7 +635,10 @@ def run_benchmark(
     run_ids: list[str] = []
     with ProgressView(enabled=progress) as view:
         for level in cfg.levels():
-            base = cfg.run_id or f"ss-{stamp}-{bench_id[:6]}"
+            # the random part first: DuckDB keeps min/max statistics of only the first 8 bytes
+            # of a text column, so ids sharing a prefix ("ss-2026…") made every per-run query
+            # scan every run's rows; distinct prefixes let it skip the other runs' row groups
+            base = cfg.run_id or f"{bench_id[:8]}-{stamp}"
             run_id = f"{base}-{level.slug}"
             run_ids.append(run_id)
             interrupted = run_level(

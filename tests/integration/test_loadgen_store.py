@@ -39,6 +39,10 @@ def test_sweep_into_duckdb_with_two_workers(tmp_path: Path) -> None:
         )
         run_ids = run_benchmark(cfg, store, progress=False, env={"MOCK_KEY": "sk-secret-123"})
     assert len(run_ids) == 2
+    # one invocation's levels share a random 8-character prefix, distinct from other
+    # invocations' (DuckDB prunes by the first 8 bytes of a text column)
+    assert run_ids[0][:9] == run_ids[1][:9] and run_ids[0][8] == "-"
+    assert all(len(set(r[:8]) - set("0123456789abcdef")) == 0 for r in run_ids)
     runs = store.read_df("select * from runs order by concurrency")
     assert list(runs.concurrency) == [2, 4]
     assert set(runs.status) == {"completed"} and set(runs.framework) == {"mock"}
