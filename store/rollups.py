@@ -276,7 +276,7 @@ def forget(conn: sa.Connection, run_id: str) -> None:
 
 
 def stored(store: Store) -> pd.DataFrame:
-    """What is stored, for `servescope db rollups` and tests: run_id, kind, params,
+    """What is kept (for tests and for looking into a store): run_id, kind, params,
     data_version, bytes, computed_at, compute_ms."""
     return store.read_df(
         "SELECT run_id, kind, params, data_version, OCTET_LENGTH(payload) AS bytes, computed_at, "
