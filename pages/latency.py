@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from analysis.latency import heatmap_window_s
 from errors import ServeScopeError
 from ui import latency_view
 from ui.errors import show_error
@@ -43,7 +44,7 @@ try:
         heat, sample, stride = latency_view.render_over_time(sel, t0, duration)
         engine = latency_view.render_why(sel, sample, stride).engine
     evidence = latency_view.diagnosis_input(
-        sel, by_input, heat, engine, sample, t0=t0, window_s=latency_view.heatmap_window_s(duration)
+        sel, by_input, heat, engine, sample, t0=t0, window_s=heatmap_window_s(duration)
     )
     latency_view.render_diagnosis(evidence)
 except ServeScopeError as exc:

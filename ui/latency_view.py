@@ -36,7 +36,6 @@ from ui.errors import show_error
 
 #: Most requests read for the scatter, the prefill fit and the in-flight estimate.
 SAMPLE_LIMIT = latency_queries.SAMPLE_LIMIT
-heatmap_window_s = an.heatmap_window_s
 METRICS = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "itl_ms": "ITL", "e2e_ms": "E2E"}
 BY = {"input": "input length", "output": "output length"}
 
@@ -268,7 +267,7 @@ def render_over_time(
     heatmap's rows (with the per-window totals, bucket −1), the request sample and its
     stride."""
     st.subheader("Over time")
-    w = heatmap_window_s(duration_s)
+    w = an.heatmap_window_s(duration_s)
     heat = cache_latency.ttft_heatmap((sel.run_id,), sel.edges, t0, w, sel.window)
     st.plotly_chart(
         latency_charts.ttft_heatmap(heat, bucket_labels(sel.edges), t0=t0, window_s=w),

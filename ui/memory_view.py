@@ -176,7 +176,7 @@ def render_trends(data: MemoryData) -> None:
     tl = cache_latency.latency_timeline(
         (data.run_id,),
         data.since,
-        latency_view.heatmap_window_s(duration),
+        an.heatmap_window_s(duration),
         (data.since, data.until),
     )
     tl = tl[tl["n"] > 0]
