@@ -23,15 +23,14 @@ from collectors.prometheus_text import Exposition, Sample
 from .base import Clock
 from .model import Document, ImportOptions, ParsedFile, ParsedRun
 from .nvidia_common import (
-    ITL_DEFINITION,
     config_fields,
     csv_summary,
     iso_epoch,
     looks_like_summary,
     metric_dicts,
-    normalise_metrics,
     split_label,
     summary_only_file,
+    summary_tool,
     to_ms,
 )
 from .parsing import Reader, scalars
@@ -129,13 +128,7 @@ def _summary_tool(doc: Document) -> tuple[dict[str, Any], dict[str, Any]]:
         seconds = r.finite(dur.get("avg"), "benchmark_duration.avg")
         if seconds is not None:
             fields["duration_s"] = seconds
-    tool = {
-        "format": SOURCE,
-        "metrics": normalise_metrics(r, metrics, "AIPerf"),
-        "definitions": {"itl_ms": ITL_DEFINITION.format(tool="AIPerf")},
-        "raw": raw,
-        "summary_file": doc.source.path,
-    }
+    tool = summary_tool(r, doc, metrics, raw, source=SOURCE, tool_name="AIPerf")
     return tool, fields
 
 

@@ -19,13 +19,12 @@ from typing import Any
 from .base import Clock
 from .model import Document, ImportOptions, ParsedFile, ParsedRun
 from .nvidia_common import (
-    ITL_DEFINITION,
     config_fields,
     csv_summary,
     looks_like_summary,
     metric_dicts,
-    normalise_metrics,
     summary_only_file,
+    summary_tool,
 )
 from .parsing import Reader, scalars
 from .records import base_run, gaps_frame, requests_frame
@@ -81,13 +80,7 @@ def _summary(doc: Document) -> tuple[dict[str, Any], dict[str, Any]]:
         metrics = metric_dicts(obj)
         raw = {k: v for k, v in metrics.items()} | scalars(obj)
         fields = config_fields(obj.get("input_config"))
-    tool = {
-        "format": SOURCE,
-        "metrics": normalise_metrics(r, metrics, "GenAI-Perf"),
-        "definitions": {"itl_ms": ITL_DEFINITION.format(tool="GenAI-Perf")},
-        "raw": raw,
-        "summary_file": doc.source.path,
-    }
+    tool = summary_tool(r, doc, metrics, raw, source=SOURCE, tool_name="GenAI-Perf")
     return tool, fields
 
 

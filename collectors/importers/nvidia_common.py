@@ -80,6 +80,26 @@ def normalise_metrics(r: Reader, metrics: dict[str, dict[str, Any]], tool: str) 
     return out
 
 
+def summary_tool(
+    r: Reader,
+    doc: Document,
+    metrics: dict[str, dict[str, Any]],
+    raw: dict[str, Any],
+    *,
+    source: str,
+    tool_name: str,
+) -> dict[str, Any]:
+    """The ``tool_summary`` of an AIPerf / GenAI-Perf summary file: its metrics in our units,
+    the tool's ITL definition, the raw values and the file it came from."""
+    return {
+        "format": source,
+        "metrics": normalise_metrics(r, metrics, tool_name),
+        "definitions": {"itl_ms": ITL_DEFINITION.format(tool=tool_name)},
+        "raw": raw,
+        "summary_file": doc.source.path,
+    }
+
+
 def split_label(label: str) -> tuple[str, str | None]:
     """``"Time To First Token (ms)"`` → (``time_to_first_token``, ``ms``)."""
     m = _LABEL.match(label.strip())
