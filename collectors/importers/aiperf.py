@@ -227,22 +227,11 @@ def _records_jsonl(doc: Document, run_id: str) -> tuple[pd.DataFrame | None, Any
     n = len(rows["status"])
     if n == 0:
         return None, None, warmup
-    frame = requests_frame(
-        run_id,
-        n,
-        ttft_ms=rows["ttft"],
-        e2e_ms=rows["e2e"],
-        output_tokens=rows["out"],
-        input_tokens=rows["inp"],
-        status=rows["status"],
-        error=rows["err"],
-        sent_at=rows["sent"],
-        http_status=rows["http"],
-        conversation_id=rows["conv"],
-        turn=rows["turn"],
-        output_tokens_estimated=rows["est"],
-        chunks=[len(g) + 1 if g else None for g in rows["gaps"]],
-    )
+    extra = {
+        "http_status": rows["http"],
+        "chunks": [len(g) + 1 if g else None for g in rows["gaps"]],
+    }
+    frame = _records_frame(run_id, n, rows, **extra)
     return frame, gaps_frame(run_id, rows["gaps"], scale_to_ms=1.0), warmup
 
 
@@ -323,7 +312,12 @@ def _records_csv(doc: Document, run_id: str) -> tuple[pd.DataFrame | None, Any, 
     n = len(rows["status"])
     if n == 0:
         return None, None, warmup
-    frame = requests_frame(
+    return _records_frame(run_id, n, rows), None, warmup
+
+
+def _records_frame(run_id: str, n: int, rows: dict[str, list[Any]], **extra: Any) -> pd.DataFrame:
+    """The requests of a records file (JSONL or CSV) from its parsed columns."""
+    return requests_frame(
         run_id,
         n,
         ttft_ms=rows["ttft"],
@@ -336,8 +330,8 @@ def _records_csv(doc: Document, run_id: str) -> tuple[pd.DataFrame | None, Any, 
         conversation_id=rows["conv"],
         turn=rows["turn"],
         output_tokens_estimated=rows["est"],
+        **extra,
     )
-    return frame, None, warmup
 
 
 def parse_records(docs: list[Document], options: ImportOptions, clock: Clock) -> ParsedFile:
