@@ -102,6 +102,7 @@ def count_prompt_tokens(body: dict[str, Any]) -> int:
 class Stats:
     requests: int = 0
     completed: int = 0
+    tokens: int = 0  # content chunks written, always counted (record or not)
     ttft_ms: list[float] = field(default_factory=list)
     itl_ms: list[float] = field(default_factory=list)
 
@@ -109,6 +110,7 @@ class Stats:
         return {
             "requests": self.requests,
             "completed": self.completed,
+            "tokens": self.tokens,
             "ttft_ms": self.ttft_ms,
             "itl_ms": self.itl_ms,
             "cpu_s": time.process_time(),
@@ -265,6 +267,7 @@ class _Stream:
         if conn.closed or self._interrupt():
             return
         conn.write(self.token)
+        conn.server.stats.tokens += 1
         if conn.server.cfg.record:
             self._record_write(_perf())
         self.i += 1
@@ -284,10 +287,12 @@ class _Stream:
             return
         burst = conn.server.cfg.burst
         k = min(burst, self.n - self.i)
+        stats = conn.server.stats
         for _ in range(k):
             if self._interrupt():
                 return
             conn.write(self.token)
+            stats.tokens += 1
             self.i += 1
         if self.i >= self.n:
             self.finish()
