@@ -9,7 +9,11 @@ dialects, free loopback ports.
   ``postgresql`` (a fresh database per test, ``CREATE DATABASE`` with a unique name).
 - With ``SERVESCOPE_TEST_STRICT=1`` (set by ``tools/test_all.sh``, i.e. ``make test-all`` and CI)
   a missing PostgreSQL, chromium or llama-server fails the test instead of skipping it, so the
-  full suite cannot pass by skipping.
+  full suite cannot pass by skipping. Every such skip goes through :func:`unavailable` (tests
+  reach it as the ``unavailable`` fixture).
+- ``FIXTURES`` (fixture ``fixtures_dir``): ``tests/fixtures``, the data files the tests read, all
+  inside the repository (their origin and licence: ``tests/fixtures/SOURCES.md``). A clone alone
+  runs the suite; nothing is read from beside the checkout.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = REPO_ROOT / "tests" / "fixtures"
 PG_URL_ENV = "SERVESCOPE_TEST_PG_URL"
 STRICT_ENV = "SERVESCOPE_TEST_STRICT"
 
@@ -72,6 +77,18 @@ def free_port() -> Callable[[], int]:
 def _load_tool_fixture() -> Callable[[str], ModuleType]:
     """Call with a name to import ``tools/<name>.py``."""
     return load_tool
+
+
+@pytest.fixture(name="unavailable")
+def _unavailable_fixture() -> Callable[[str], NoReturn]:
+    """Call with a reason when infrastructure is missing: skip, or fail under strict mode."""
+    return unavailable
+
+
+@pytest.fixture(scope="session")
+def fixtures_dir() -> Path:
+    """``tests/fixtures``: the real and hand-built data files (tests/fixtures/SOURCES.md)."""
+    return FIXTURES
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -145,6 +162,18 @@ def _pg_server() -> Iterator[_PgServer]:
         yield server
     finally:
         server.close()
+
+
+PG_BINARIES_MISSING = "PostgreSQL server binaries not installed (initdb, pg_ctl; PostgreSQL 15)"
+
+
+@pytest.fixture
+def pg_cluster_tool() -> ModuleType:
+    """``tools/pg_cluster.py`` where initdb and pg_ctl exist; else skipped (strict: failed)."""
+    pg_cluster = load_tool("pg_cluster")
+    if not pg_cluster.available():
+        unavailable(PG_BINARIES_MISSING)
+    return pg_cluster
 
 
 @pytest.fixture(scope="session")

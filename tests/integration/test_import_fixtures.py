@@ -1,5 +1,6 @@
-"""Every result file in ../shared/fixtures (and the hand-built tests/fixtures) imports, with
-figures checked against values worked out from the file itself — never from the importer.
+"""Every result file in tests/fixtures (real captures and hand-built files, see SOURCES.md there)
+imports, with figures checked against values worked out from the file itself — never from the
+importer.
 
 How each expected value is obtained is said next to it: either arithmetic on numbers copied
 from the file (e.g. TTFT = first_token_time − start_time), or numpy on the raw JSON read here
@@ -21,10 +22,6 @@ from collectors.importers import ImportOptions, import_paths
 from store import data_queries, queries_admin
 from store.db import Store
 
-ROOT = Path(__file__).resolve().parents[2]
-SHARED = ROOT.parent / "shared" / "fixtures"
-LOCAL = ROOT / "tests" / "fixtures"
-
 
 @pytest.fixture
 def store(tmp_path: Path) -> Store:
@@ -35,29 +32,48 @@ def _requests(store: Store, run_id: str) -> pd.DataFrame:
     return data_queries.run_requests_all(store, run_id)
 
 
-def test_every_shared_result_file_imports_and_reimport_changes_nothing(store: Store) -> None:
-    reports = import_paths(store, [SHARED])
+def test_every_fixture_result_file_imports_and_reimport_changes_nothing(
+    store: Store, fixtures_dir: Path
+) -> None:
+    reports = import_paths(store, [fixtures_dir])
     failed = [r.error for r in reports if r.error]
     assert failed == []
-    imported = {Path(p.split(" + ")[0]).name for r in reports if not r.ignored for p in [r.path]}
-    # result files (the .prom/.txt/.md captures are engine metrics or notes, not results)
-    assert {
+    imported = {Path(part).name for r in reports if not r.ignored for part in r.path.split(" + ")}
+    # every result file, real and hand-built, summaries paired with their records (the .prom,
+    # .txt and .md files are engine metrics, name lists or notes, not results)
+    assert imported == {
+        # real (SOURCES.md)
         "groq_70b_individual_responses.json",
+        "groq_70b_summary.json",
         "v0.3_benchmarks_stripped.json",
         "v0.8.1_mock_concurrent16_ttft50_itl10_benchmarks.json",
         "bench_serving_llama_3_3_70b_online_output.jsonl",
         "bench_serving_llama_3_3_70b_rate_inf_output.jsonl",
         "gpu_telemetry_export.head4.jsonl",
         "v0.8.0_mock_chat_profile_export_records.head4.csv",
-    } <= imported
+        "v0.8.0_mock_chat_profile_export_aiperf.json",
+        # hand-built
+        "detailed_small.json",
+        "legacy_aggregates.json",
+        "append_two_runs.jsonl",
+        "output_details.jsonl",
+        "profile_export.json",
+        "profile_export_genai_perf.json",
+        "profile_export_genai_perf.csv",
+        "profile_export.jsonl",
+        "server_metrics_export.jsonl",
+        "v0.5_benchmarks.yaml",
+    }
     before = queries_admin.table_counts(store)
-    again = import_paths(store, [SHARED])
+    again = import_paths(store, [fixtures_dir])
     assert all(r.error is None and r.runs == 0 and r.requests == 0 for r in again)
     assert queries_admin.table_counts(store) == before
 
 
-def test_llmperf_pair_recomputed_matches_the_tools_own_quantiles(store: Store) -> None:
-    d = SHARED / "llmperf"
+def test_llmperf_pair_recomputed_matches_the_tools_own_quantiles(
+    store: Store, fixtures_dir: Path
+) -> None:
+    d = fixtures_dir / "llmperf"
     [report] = import_paths(
         store,
         [d / "groq_70b_summary.json", d / "groq_70b_individual_responses.json"],
@@ -87,8 +103,8 @@ def test_llmperf_pair_recomputed_matches_the_tools_own_quantiles(store: Store) -
     assert tool["metrics"]["ttft_ms"]["mean"] == pytest.approx(0.22786034579078357 * 1000)
 
 
-def test_guidellm_v081_full_requests_and_our_tpot(store: Store) -> None:
-    path = SHARED / "guidellm" / "v0.8.1_mock_concurrent16_ttft50_itl10_benchmarks.json"
+def test_guidellm_v081_full_requests_and_our_tpot(store: Store, fixtures_dir: Path) -> None:
+    path = fixtures_dir / "guidellm" / "v0.8.1_mock_concurrent16_ttft50_itl10_benchmarks.json"
     [report] = import_paths(store, [path])
     assert report.requests == 160  # 144 successful + 16 incomplete, as listed in the file
     run_id = report.run_ids[0]
@@ -113,8 +129,8 @@ def test_guidellm_v081_full_requests_and_our_tpot(store: Store) -> None:
     assert run["tool_summary"]["metrics"]["tpot_ms"]["mean"] > ok["tpot_ms"].mean() * 1.01
 
 
-def test_guidellm_v03_is_flagged_sampled(store: Store) -> None:
-    [report] = import_paths(store, [SHARED / "guidellm" / "v0.3_benchmarks_stripped.json"])
+def test_guidellm_v03_is_flagged_sampled(store: Store, fixtures_dir: Path) -> None:
+    [report] = import_paths(store, [fixtures_dir / "guidellm" / "v0.3_benchmarks_stripped.json"])
     assert report.requests == 1 and any("sampled" in w for w in report.warnings)
     run = data_queries.run_record(store, report.run_ids[0])
     assert run is not None and "sampled" in run["notes"]
@@ -125,9 +141,9 @@ def test_guidellm_v03_is_flagged_sampled(store: Store) -> None:
     assert req["ttft_ms"].iloc[0] == pytest.approx((1749157168.2039824 - 1749157168.1827004) * 1000)
 
 
-def test_sglang_aggregate_lines_become_flagged_runs(store: Store) -> None:
-    online = SHARED / "sglang" / "bench_serving_llama_3_3_70b_online_output.jsonl"
-    offline = SHARED / "sglang" / "bench_serving_llama_3_3_70b_rate_inf_output.jsonl"
+def test_sglang_aggregate_lines_become_flagged_runs(store: Store, fixtures_dir: Path) -> None:
+    online = fixtures_dir / "sglang" / "bench_serving_llama_3_3_70b_online_output.jsonl"
+    offline = fixtures_dir / "sglang" / "bench_serving_llama_3_3_70b_rate_inf_output.jsonl"
     reports = import_paths(store, [online, offline])
     assert [r.runs for r in reports] == [7, 7] and all(r.requests == 0 for r in reports)
     runs = data_queries.runs_listing(store)
@@ -141,8 +157,10 @@ def test_sglang_aggregate_lines_become_flagged_runs(store: Store) -> None:
     assert inf["tool_summary"]["raw"]["request_rate"] == "inf"
 
 
-def test_aiperf_records_csv_with_summary_and_gpu_telemetry(store: Store) -> None:
-    d = SHARED / "aiperf"
+def test_aiperf_records_csv_with_summary_and_gpu_telemetry(
+    store: Store, fixtures_dir: Path
+) -> None:
+    d = fixtures_dir / "aiperf" / "upstream"
     reports = import_paths(store, [d])
     by_format = {r.format: r for r in reports}
     rec = by_format["aiperf-records-csv"]
@@ -162,15 +180,20 @@ def test_aiperf_records_csv_with_summary_and_gpu_telemetry(store: Store) -> None
     assert gpu["util_gpu"].iloc[0] == pytest.approx(0.02)
 
 
-def test_aiperf_summary_alone_is_aggregates_only(store: Store) -> None:
-    [r] = import_paths(store, [SHARED / "aiperf" / "v0.8.0_mock_chat_profile_export_aiperf.json"])
+def test_aiperf_summary_alone_is_aggregates_only(store: Store, fixtures_dir: Path) -> None:
+    [r] = import_paths(
+        store,
+        [fixtures_dir / "aiperf" / "upstream" / "v0.8.0_mock_chat_profile_export_aiperf.json"],
+    )
     run = data_queries.run_record(store, r.run_ids[0])
     assert run is not None and run["tool_summary"]["aggregates_only"] is True
     assert "aggregates only" in run["notes"] and r.requests == 0
 
 
-def test_vllm_detailed_hand_computed(store: Store) -> None:
-    [r] = import_paths(store, [LOCAL / "vllm" / "detailed_small.json"], ImportOptions(gpu_count=2))
+def test_vllm_detailed_hand_computed(store: Store, fixtures_dir: Path) -> None:
+    [r] = import_paths(
+        store, [fixtures_dir / "vllm" / "detailed_small.json"], ImportOptions(gpu_count=2)
+    )
     req = _requests(store, r.run_ids[0])
     # ttfts × 1000; latencies × 1000; TPOT = (E2E − TTFT)/(out − 1): 60/3, 40/2, 40/1
     assert req["ttft_ms"].tolist()[:3] == pytest.approx([100, 200, 50])
@@ -189,19 +212,19 @@ def test_vllm_detailed_hand_computed(store: Store) -> None:
     assert run["tool_summary"]["raw"]["site"] == "lab-a"  # unknown keys kept, not rejected
 
 
-def test_vllm_legacy_and_append_result(store: Store) -> None:
-    [legacy] = import_paths(store, [LOCAL / "vllm" / "legacy_aggregates.json"])
+def test_vllm_legacy_and_append_result(store: Store, fixtures_dir: Path) -> None:
+    [legacy] = import_paths(store, [fixtures_dir / "vllm" / "legacy_aggregates.json"])
     run = data_queries.run_record(store, legacy.run_ids[0])
     assert run is not None and run["tool_summary"]["aggregates_only"] is True
     assert run["tool_summary"]["metrics"]["request_goodput"] == 8.5  # the "request_goodput:" key
-    [two] = import_paths(store, [LOCAL / "vllm" / "append_two_runs.jsonl"])
+    [two] = import_paths(store, [fixtures_dir / "vllm" / "append_two_runs.jsonl"])
     assert two.runs == 2
     second = data_queries.run_record(store, two.run_ids[1])
     assert second is not None and second["target_rate"] == 4.0 and second["arrival"] == "poisson"
 
 
-def test_sglang_output_details_reconstructs_e2e(store: Store) -> None:
-    [r] = import_paths(store, [LOCAL / "sglang" / "output_details.jsonl"])
+def test_sglang_output_details_reconstructs_e2e(store: Store, fixtures_dir: Path) -> None:
+    [r] = import_paths(store, [fixtures_dir / "sglang" / "output_details.jsonl"])
     req = _requests(store, r.run_ids[0])
     # E2E = TTFT + Σ gaps: 100 + 10 + 20 = 130, 200 + 30 = 230; TPOT = 30/2, 30/1
     assert req["e2e_ms"].tolist() == pytest.approx([130, 230])
@@ -210,8 +233,8 @@ def test_sglang_output_details_reconstructs_e2e(store: Store) -> None:
     assert run is not None and "reconstructed" in run["notes"] and run["framework"] == "sglang"
 
 
-def test_genai_perf_raw_paired_with_summary_and_csv(store: Store) -> None:
-    reports = {r.format: r for r in import_paths(store, [LOCAL / "genai_perf"])}
+def test_genai_perf_raw_paired_with_summary_and_csv(store: Store, fixtures_dir: Path) -> None:
+    reports = {r.format: r for r in import_paths(store, [fixtures_dir / "genai_perf"])}
     raw = reports["genai-perf-raw"]
     req = _requests(store, raw.run_ids[0])
     # TTFT to the first chunk with content (+100 ms, not the role-only chunk at +50 ms);
@@ -231,8 +254,17 @@ def test_genai_perf_raw_paired_with_summary_and_csv(store: Store) -> None:
     assert metrics["ttft_ms"]["mean"] == 1090.5 and metrics["output_throughput"] == 1234.56
 
 
-def test_aiperf_streaming_records_and_server_metrics(store: Store) -> None:
-    reports = {r.format: r for r in import_paths(store, [LOCAL / "aiperf"])}
+def test_aiperf_streaming_records_and_server_metrics(store: Store, fixtures_dir: Path) -> None:
+    reports = {
+        r.format: r
+        for r in import_paths(
+            store,
+            [
+                fixtures_dir / "aiperf" / "profile_export.jsonl",
+                fixtures_dir / "aiperf" / "server_metrics_export.jsonl",
+            ],
+        )
+    }
     rec = reports["aiperf-records"]
     assert rec.requests == 2  # the warm-up record is skipped
     req = _requests(store, rec.run_ids[0])
@@ -262,8 +294,8 @@ def test_aiperf_streaming_records_and_server_metrics(store: Store) -> None:
     )
 
 
-def test_guidellm_yaml_v05(store: Store) -> None:
-    [r] = import_paths(store, [LOCAL / "guidellm" / "v0.5_benchmarks.yaml"])
+def test_guidellm_yaml_v05(store: Store, fixtures_dir: Path) -> None:
+    [r] = import_paths(store, [fixtures_dir / "guidellm" / "v0.5_benchmarks.yaml"])
     assert r.error is None and r.requests == 3
     run = data_queries.run_record(store, r.run_ids[0])
     assert run is not None and run["model"] == "Qwen/Qwen2.5-0.5B"
@@ -278,7 +310,7 @@ def test_guidellm_yaml_v05(store: Store) -> None:
     assert req["tpot_ms"].iloc[0] == pytest.approx(20, abs=1e-3)
 
 
-def test_guidellm_v081_crosscheck_ours_vs_the_tools(store: Store) -> None:
+def test_guidellm_v081_crosscheck_ours_vs_the_tools(store: Store, fixtures_dir: Path) -> None:
     """The run detail's cross-check on a real file, through the store's reads.
 
     GuideLLM's TPOT is latency / output tokens (first token included), so over 256-token
@@ -289,7 +321,7 @@ def test_guidellm_v081_crosscheck_ours_vs_the_tools(store: Store) -> None:
     from analysis import crosscheck
     from store import queries
 
-    path = SHARED / "guidellm" / "v0.8.1_mock_concurrent16_ttft50_itl10_benchmarks.json"
+    path = fixtures_dir / "guidellm" / "v0.8.1_mock_concurrent16_ttft50_itl10_benchmarks.json"
     [report] = import_paths(store, [path])
     run_id = report.run_ids[0]
     meta = queries.run_tool_summary(store, run_id).iloc[0]

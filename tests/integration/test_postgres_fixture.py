@@ -6,6 +6,7 @@ import socket
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
+from typing import NoReturn
 
 import pytest
 import sqlalchemy as sa
@@ -68,11 +69,8 @@ def _listening(port: int) -> bool:
 
 
 @pytest.mark.postgres
-def test_private_cluster_start_and_stop(load_tool: Callable[[str], ModuleType]) -> None:
-    pg_cluster = load_tool("pg_cluster")
-    if not pg_cluster.available():
-        pytest.skip("initdb/pg_ctl not installed")
-    cluster = pg_cluster.PgCluster.start()
+def test_private_cluster_start_and_stop(pg_cluster_tool: ModuleType) -> None:
+    cluster = pg_cluster_tool.PgCluster.start()
     try:
         assert _listening(cluster.port)
         url = cluster.create_database("extra_db")
@@ -81,3 +79,36 @@ def test_private_cluster_start_and_stop(load_tool: Callable[[str], ModuleType]) 
         cluster.stop()
     assert not cluster.base.exists()
     assert not _listening(cluster.port)
+
+
+@pytest.mark.parametrize(
+    ("strict", "outcome"),
+    [("1", pytest.fail.Exception), ("0", pytest.skip.Exception), (None, pytest.skip.Exception)],
+)
+def test_missing_postgresql_binaries_skip_but_fail_under_strict(
+    strict: str | None,
+    outcome: type[BaseException],
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+    load_tool: Callable[[str], ModuleType],
+) -> None:
+    """No initdb/pg_ctl: the private-cluster test is skipped under `make test`, but fails under
+    SERVESCOPE_TEST_STRICT=1 (`make test-all`, CI) — the rule of every infrastructure skip."""
+    monkeypatch.setattr(load_tool("pg_cluster"), "available", lambda: False)
+    if strict is None:
+        monkeypatch.delenv("SERVESCOPE_TEST_STRICT", raising=False)
+    else:
+        monkeypatch.setenv("SERVESCOPE_TEST_STRICT", strict)
+    with pytest.raises(outcome, match=r"initdb, pg_ctl"):
+        request.getfixturevalue("pg_cluster_tool")
+
+
+def test_unavailable_skips_unless_strict(
+    monkeypatch: pytest.MonkeyPatch, unavailable: Callable[[str], NoReturn]
+) -> None:
+    monkeypatch.setenv("SERVESCOPE_TEST_STRICT", "1")
+    with pytest.raises(pytest.fail.Exception, match=r"no widget \(SERVESCOPE_TEST_STRICT=1"):
+        unavailable("no widget")
+    monkeypatch.setenv("SERVESCOPE_TEST_STRICT", "0")
+    with pytest.raises(pytest.skip.Exception, match=r"^no widget$"):
+        unavailable("no widget")

@@ -456,26 +456,23 @@ def test_client_disconnect_aborts_the_request(sim_factory) -> None:  # type: ign
     assert metric(m, "vllm:kv_cache_usage_perc") == 0
 
 
-def test_dcgm_memory_and_vllm_names(sim_factory) -> None:  # type: ignore[no-untyped-def]
+def test_dcgm_memory_and_vllm_names(sim_factory, fixtures_dir: Path) -> None:  # type: ignore[no-untyped-def]
     h = sim_factory("H200-SXM-141GB", "llama-3.1-70b", time_scale=50, tp=2)
     m = scrape(h.url)
-    fixtures = ROOT.parent / "shared" / "fixtures" / "vllm"
+    fixtures = fixtures_dir / "vllm"
     text = httpx.get(h.url + "/metrics").text
     types = dict(re.findall(r"^# TYPE (\S+) (\S+)$", text, re.M))
-    if fixtures.exists():  # every vllm family we expose exists in real vLLM with the same type
-        names = fixtures / "metric_families_v0.26.0_names_types.txt"
-        real = dict(
-            line.split()
-            for line in names.read_text().splitlines()
-            if line and not line.startswith("#")
-        )
-        capture = (
-            fixtures / "metrics_v1_full_qwen2.5-0.5b_k8s-ai-conformance_kops.prom"
-        ).read_text()
-        real.update(re.findall(r"^# TYPE (vllm:\S+) (\S+)$", capture, re.M))
-        for name, kind in types.items():
-            if name.startswith("vllm:"):
-                assert real.get(name) == kind, name
+    # every vllm family we expose exists in real vLLM with the same type
+    names = fixtures / "metric_families_v0.26.0_names_types.txt"
+    real = dict(
+        line.split() for line in names.read_text().splitlines() if line and not line.startswith("#")
+    )
+    capture = (fixtures / "metrics_v1_full_qwen2.5-0.5b_k8s-ai-conformance_kops.prom").read_text()
+    real.update(re.findall(r"^# TYPE (vllm:\S+) (\S+)$", capture, re.M))
+    exposed = [name for name in types if name.startswith("vllm:")]
+    assert exposed  # the sim does expose vLLM families
+    for name in exposed:
+        assert real.get(name) == types[name], name
     used = [v for k, v in m.items() if k.startswith("DCGM_FI_DEV_FB_USED{")]
     free = [v for k, v in m.items() if k.startswith("DCGM_FI_DEV_FB_FREE{")]
     assert len(used) == 2 and len(free) == 2  # one series per GPU of the TP group

@@ -1,6 +1,6 @@
 """Normalisation of every engine's /metrics (FORMATS.md §A), against values read by hand.
 
-The fixture captures are real (../shared/fixtures/SOURCES.md); each expected number below was
+The fixture captures are real (tests/fixtures/SOURCES.md); each expected number below was
 read from the file by eye. TGI and trtllm-serve have no public capture: their pages here are
 written from the metric tables of FORMATS.md §A3/§A5 and marked synthetic.
 """
@@ -8,6 +8,7 @@ written from the metric tables of FORMATS.md §A3/§A5 and marked synthetic.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,17 +17,22 @@ from collectors import engine_metrics as em
 from collectors import gpu
 from collectors.prometheus_text import parse
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures"
 MIB = 1024 * 1024
 
 
-def _page(rel: str) -> str:
-    return (FIXTURES / rel).read_text()
+@pytest.fixture
+def page(fixtures_dir: Path) -> Callable[[str], str]:
+    """Read a capture under tests/fixtures by its path there."""
+
+    def read(rel: str) -> str:
+        return (fixtures_dir / rel).read_text()
+
+    return read
 
 
-def test_vllm_v1_capture() -> None:
+def test_vllm_v1_capture(page: Callable[[str], str]) -> None:
     """vllm/metrics_v1_full…prom: an idle Qwen2.5-0.5B server — every engine value is 0.0."""
-    expo = parse(_page("vllm/metrics_v1_full_qwen2.5-0.5b_k8s-ai-conformance_kops.prom"))
+    expo = parse(page("vllm/metrics_v1_full_qwen2.5-0.5b_k8s-ai-conformance_kops.prom"))
     assert em.detect_engine(expo.names()) == "vllm"
     out = em.normalise(expo)
     for metric in (
@@ -108,9 +114,9 @@ vllm:time_to_first_token_seconds_sum{engine="1",model_name="m"} 2.5
     assert out["ttft_seconds_sum"] == 4.0
 
 
-def test_sglang_capture() -> None:
+def test_sglang_capture(page: Callable[[str], str]) -> None:
     """sglang/production_metrics_doc_llama-3.1-8b.prom (older SGLang, label model_name only)."""
-    expo = parse(_page("sglang/production_metrics_doc_llama-3.1-8b.prom"))
+    expo = parse(page("sglang/production_metrics_doc_llama-3.1-8b.prom"))
     assert em.detect_engine(expo.names()) == "sglang"
     out = em.normalise(expo)
     assert out["requests_running"] == 162.0  # sglang:num_running_reqs 162.0
@@ -157,9 +163,9 @@ sglang:time_per_output_token_seconds_sum{model_name="m"} 9.9
     assert out["itl_seconds_count"] == 9  # the new name wins over the old one
 
 
-def test_llamacpp_capture() -> None:
+def test_llamacpp_capture(page: Callable[[str], str]) -> None:
     """llamacpp/metrics_llama-server_cuda_lfm2.5-8b.prom (current names, no KV gauges)."""
-    expo = parse(_page("llamacpp/metrics_llama-server_cuda_lfm2.5-8b.prom"))
+    expo = parse(page("llamacpp/metrics_llama-server_cuda_lfm2.5-8b.prom"))
     assert em.detect_engine(expo.names()) == "llamacpp"
     out = em.normalise(expo)
     assert out == {
@@ -174,8 +180,8 @@ def test_llamacpp_capture() -> None:
     }
 
 
-def test_llamacpp_names_list_and_legacy_kv_gauges() -> None:
-    names = _page("llamacpp/llmkube_llamacpp-metric-names.txt").split()
+def test_llamacpp_names_list_and_legacy_kv_gauges(page: Callable[[str], str]) -> None:
+    names = page("llamacpp/llmkube_llamacpp-metric-names.txt").split()
     assert em.detect_engine(names) == "llamacpp"
     out = em.normalise(
         parse(
@@ -191,9 +197,9 @@ def test_llamacpp_names_list_and_legacy_kv_gauges() -> None:
     }
 
 
-def test_triton_trtllm_capture() -> None:
+def test_triton_trtllm_capture(page: Callable[[str], str]) -> None:
     """trtllm/triton_tensorrtllm_backend_readme_ifb_metrics.prom (README sample)."""
-    expo = parse(_page("trtllm/triton_tensorrtllm_backend_readme_ifb_metrics.prom"))
+    expo = parse(page("trtllm/triton_tensorrtllm_backend_readme_ifb_metrics.prom"))
     assert em.detect_engine(expo.names()) == "triton-trtllm"
     out = em.normalise(expo)
     assert out == {
@@ -227,7 +233,7 @@ nv_inference_first_response_histogram_ms_count{model="ensemble",version="1"} 10
     assert out["ttft_seconds_sum"] == pytest.approx(1.5)
 
 
-def test_tgi_synthetic_page() -> None:
+def test_tgi_syntheticpage(page: Callable[[str], str]) -> None:
     """Names from FORMATS.md §A3 (no real capture exists): counters without _total."""
     text = """
 tgi_queue_size 5
@@ -252,7 +258,7 @@ tgi_request_queue_duration_count 40
     assert out["queue_time_seconds_count"] == 40
 
 
-def test_trtllm_serve_synthetic_page() -> None:
+def test_trtllm_serve_syntheticpage(page: Callable[[str], str]) -> None:
     text = """
 trtllm_num_requests_running{model_name="m",engine_type="trtllm"} 6
 trtllm_num_requests_waiting{model_name="m",engine_type="trtllm"} 1
@@ -272,9 +278,9 @@ trtllm_request_success_total{model_name="m",engine_type="trtllm",finished_reason
     }
 
 
-def test_vllm_golden_family_names_are_mapped() -> None:
+def test_vllm_golden_family_names_are_mapped(page: Callable[[str], str]) -> None:
     """vllm/metric_families_v0.26.0_names_types.txt: the families the map reads exist there."""
-    lines = _page("vllm/metric_families_v0.26.0_names_types.txt").split("\n")
+    lines = page("vllm/metric_families_v0.26.0_names_types.txt").split("\n")
     families = {line.split()[0] for line in lines if line.strip() and not line.startswith("#")}
     for needed in (
         "vllm:num_requests_running",
@@ -286,9 +292,9 @@ def test_vllm_golden_family_names_are_mapped() -> None:
         assert any(f.startswith(needed) for f in families), needed
 
 
-def test_dcgm_capture_to_gpu_rows() -> None:
+def test_dcgm_capture_to_gpu_rows(page: Callable[[str], str]) -> None:
     """dcgm/dcgm_exporter_nvidia_l4…prom: one idle NVIDIA L4; FB values in MiB."""
-    expo = parse(_page("dcgm/dcgm_exporter_nvidia_l4_k8s-ai-conformance_kops.prom"))
+    expo = parse(page("dcgm/dcgm_exporter_nvidia_l4_k8s-ai-conformance_kops.prom"))
     assert em.detect_engine(expo.names()) is None
     assert em.has_dcgm(expo.names())
     (row,) = gpu.dcgm_rows(expo, ts=100.0, default_host="10.0.0.1:9400")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -234,17 +235,14 @@ def test_the_real_module_without_a_driver_says_so() -> None:
     assert line == "no NVIDIA driver found: GPU samples off"
 
 
-def test_dcgm_source_through_the_watcher_with_a_mock_transport() -> None:
+def test_dcgm_source_through_the_watcher_with_a_mock_transport(fixtures_dir: Path) -> None:
     """A DCGM exporter page served by httpx.MockTransport: GPU rows in bytes, no engine rows."""
-    from pathlib import Path
-
     import httpx
 
     from collectors.watch import LiveCollection
 
     page = (
-        Path(__file__).resolve().parents[3]
-        / "shared/fixtures/dcgm/dcgm_exporter_nvidia_l4_k8s-ai-conformance_kops.prom"
+        fixtures_dir / "dcgm" / "dcgm_exporter_nvidia_l4_k8s-ai-conformance_kops.prom"
     ).read_text()
     calls: list[str] = []
 

@@ -9,8 +9,7 @@ import pytest
 
 from collectors import prometheus_text as pt
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures"
-VLLM = FIXTURES / "vllm" / "metrics_v1_full_qwen2.5-0.5b_k8s-ai-conformance_kops.prom"
+VLLM = "vllm/metrics_v1_full_qwen2.5-0.5b_k8s-ai-conformance_kops.prom"  # under tests/fixtures
 
 
 def test_plain_samples_with_colons_timestamps_and_no_type_lines() -> None:
@@ -112,9 +111,9 @@ def test_labels_key_is_canonical_json() -> None:
     assert pt.labels_key(()) == "{}"
 
 
-def test_vllm_capture_parses_completely() -> None:
+def test_vllm_capture_parses_completely(fixtures_dir: Path) -> None:
     """The 52 KB vLLM v1 page: 561 lines, of which 395 samples and 83 TYPE lines."""
-    expo = pt.parse(VLLM.read_text())
+    expo = pt.parse((fixtures_dir / VLLM).read_text())
     assert len(expo) == 395
     assert len(expo.types) == 83
     assert expo.value("python_gc_objects_collected_total", generation="0") == 14250.0
@@ -147,12 +146,12 @@ def test_vllm_capture_parses_completely() -> None:
         ("sglang/production_metrics_doc_llama-3.1-8b.prom", 91),
     ],
 )
-def test_every_other_capture_parses(path: str, samples: int) -> None:
-    assert len(pt.parse((FIXTURES / path).read_text())) == samples
+def test_every_other_capture_parses(path: str, samples: int, fixtures_dir: Path) -> None:
+    assert len(pt.parse((fixtures_dir / path).read_text())) == samples
 
 
-def test_label_cache_gives_the_same_answer_twice() -> None:
-    text = VLLM.read_text()
+def test_label_cache_gives_the_same_answer_twice(fixtures_dir: Path) -> None:
+    text = (fixtures_dir / VLLM).read_text()
     pt._LABEL_CACHE.clear()
     first = pt.parse(text).samples
     second = pt.parse(text).samples
