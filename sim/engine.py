@@ -46,7 +46,7 @@ RUNNING = 1
 FINISHED = 2
 
 # Histogram bucket bounds copied from a real vLLM v1 /metrics capture
-# (../shared/fixtures/vllm/metrics_v1_full_qwen2.5-0.5b_k8s-ai-conformance_kops.prom).
+# (tests/fixtures/vllm/metrics_v1_full_qwen2.5-0.5b_k8s-ai-conformance_kops.prom).
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
                 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)  # fmt: skip
 ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,

@@ -1,9 +1,9 @@
 """Prometheus text exposition of the reference engine.
 
 Engine series use vLLM v1's names, types, HELP texts and histogram buckets (copied from a real
-capture, ../shared/fixtures/vllm/), with the labels ``engine="0"`` and ``model_name``; GPU memory
+capture, tests/fixtures/vllm/), with the labels ``engine="0"`` and ``model_name``; GPU memory
 uses DCGM exporter names and labels (``gpu``, ``UUID``, ``pci_bus_id``, ``device``, ``modelName``,
-``Hostname``; ../shared/fixtures/dcgm/), in MiB as DCGM reports it. ``servescope_sim_info`` says
+``Hostname``; tests/fixtures/dcgm/), in MiB as DCGM reports it. ``servescope_sim_info`` says
 plainly that the endpoint is a simulator (framework ``sim``). Durations are virtual seconds: with
 ``--time-scale X`` they are X times the wall-clock durations a client measures.
 """
