@@ -25,8 +25,7 @@ sys.path.insert(0, str(ROOT))
 from collectors import engine_metrics, prometheus_text  # noqa: E402
 from collectors.watch import ScrapeSource  # noqa: E402
 
-PAGE = ROOT.parent / "shared" / "fixtures" / "vllm"
-PAGE = PAGE / "metrics_v1_full_qwen2.5-0.5b_k8s-ai-conformance_kops.prom"
+PAGE = ROOT / "tests/fixtures/vllm/metrics_v1_full_qwen2.5-0.5b_k8s-ai-conformance_kops.prom"
 
 
 def _timed(
