@@ -17,7 +17,8 @@ Each repeat runs ServeScope then raw, back to back; medians over repeats. Both w
 from the start until the last response issued before the deadline has finished. Every figure
 is also counted at the server (``/mock/stats``: content chunks written and responses
 completed, reset before each client) and from ``usage``. The ratio row is the median of the
-per-repeat ratios ServeScope / raw.
+per-repeat ratios ServeScope / raw. The last line is the server's own tokens per CPU-second:
+a client that gets near it measures the server, not itself (``--burst 16`` makes it cheaper).
 
 History: issue #2 quoted GuideLLM 0.8.1 ≈ 13k tokens/s, vLLM's benchmark client ≈ 46k and a
 raw-asyncio client ≈ 150k on this machine; they are not re-measured or divided by here.
@@ -173,6 +174,7 @@ def figures(
         "requests_s": requests / duration,
         "server_tokens_s": after["tokens"] / duration,
         "server_cpu": (after["cpu_s"] - before["cpu_s"]) / duration,
+        "server_tokens_per_cpu_s": after["tokens"] / max(1e-9, after["cpu_s"] - before["cpu_s"]),
         "unmatched": abs(after["completed"] - requests),  # server-completed vs client-counted
     }
 
@@ -331,6 +333,7 @@ def main() -> int:
     keys = ("tokens_s", "requests_s", "server_tokens_s", "usage_s", "tokens_per_cpu_s")
     from store.db import Store
 
+    server_rates: list[float] = []
     with (
         tempfile.TemporaryDirectory() as tmp,
         MockServer(output_tokens=TOKENS, burst=burst, cpu=server_cpu) as url,
@@ -343,6 +346,7 @@ def main() -> int:
                     run_servescope(store, url, streams, a.duration, a.workers)
                 )
                 runs["raw"].append(run_raw(url, body, streams, a.duration))
+            server_rates += [r["server_tokens_per_cpu_s"] for rs in runs.values() for r in rs]
             for name, res in runs.items():
 
                 def med(key: str, res: list[dict[str, float]] = res) -> float:
@@ -379,6 +383,10 @@ def main() -> int:
         "client CPU: share of one core over the window (ServeScope: worker + coordinator, whose "
         "DuckDB writes are in it); tok/CPU-s: tokens per second of that client CPU, i.e. "
         "tokens/s with a core to itself; ratios: medians of the per-repeat ratios"
+    )
+    print(
+        f"server (burst {burst}): {statistics.median(server_rates):,.0f} tokens per CPU-second "
+        "(median of all runs): a client that reaches this is server-bound"
     )
     return 0
 
