@@ -1,33 +1,12 @@
-"""Streamlit entry point: page config, the navigation over pages/, and the frame around them.
+"""Streamlit entry for ``streamlit run app.py`` and AppTest: the frame and router of ui.frame.
 
-Run with ``servescope ui`` (or ``streamlit run app.py``). Pages never depend on widgets created
-here (ARCHITECTURE §8): they read shared selections through ui.state.
+``servescope ui`` runs ``ui/entry/streamlit_app.py`` instead, which calls the same function from a
+folder with no ``pages/`` beside it: with this file, Streamlit's legacy ``pages/`` mode renders a
+deep link opened as a fresh server's first request without the frame (see that file).
 """
 
 from __future__ import annotations
 
-import streamlit as st
+from ui import frame
 
-from ui import cache, nav
-
-st.set_page_config(page_title="ServeScope", page_icon=":material/speed:", layout="wide")
-
-page = st.navigation(
-    [
-        st.Page(p.path, title=p.title, icon=p.icon, url_path=p.url_path, default=p.default)
-        for p in nav.PAGES
-    ]
-)
-
-with st.sidebar:
-    st.caption("Store")
-    st.code(cache.masked_store_url(), language=None, wrap_lines=True)
-    st.button(
-        "Refresh data",
-        key="refresh_data",
-        icon=":material/refresh:",
-        help=f"Results are cached for {cache.TTL_S} s; this reads the store again now.",
-        on_click=cache.clear,
-    )
-
-page.run()
+frame.run()

@@ -86,7 +86,7 @@ def run_ui(args: argparse.Namespace) -> int:
         "-m",
         "streamlit",
         "run",
-        str(ROOT / "app.py"),
+        str(ROOT / "ui" / "entry" / "streamlit_app.py"),
         "--server.address",
         args.host,
         "--server.port",

@@ -1,8 +1,11 @@
-"""The pages app.py registers, in menu order. Add a page here when its file exists."""
+"""The pages ui.frame registers, in menu order. Add a page here when its file exists."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass(frozen=True)
@@ -12,6 +15,12 @@ class PageSpec:
     icon: str
     url_path: str
     default: bool = False
+
+    @property
+    def file(self) -> Path:
+        """The page's script, absolute (Streamlit resolves relative paths against the main
+        script's folder, and the main script is ui/entry/streamlit_app.py)."""
+        return ROOT / self.path
 
 
 PAGES: tuple[PageSpec, ...] = (

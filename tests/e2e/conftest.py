@@ -45,6 +45,7 @@ CHROMIUM_ARGS = [
 RESULTS_DIR = REPO_ROOT / "test-results"
 SERVER_START_S = 90.0
 EXPECT_TIMEOUT_MS = 30_000
+WIDE_MIN_PX = 900  # layout="centered" caps the main column at 736 px; "wide" fills the window
 
 
 def unavailable(reason: str) -> NoReturn:
@@ -126,10 +127,16 @@ class UiServer:
             f"servescope ui not healthy after {deadline_s:.0f} s ({last}):\n" + self.log_tail()
         )
 
+    def terminate(self) -> None:
+        """Ask the process group to end, without waiting (stop() waits)."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+
     def stop(self) -> None:
         try:
             if self.proc.poll() is None:
-                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.terminate()
                 try:
                     self.proc.wait(timeout=15)
                 except subprocess.TimeoutExpired:
@@ -147,10 +154,45 @@ def ui_server(
     tmp_path: Path, request: pytest.FixtureRequest, free_port: Callable[[], int]
 ) -> Iterator[Callable[[str], UiServer]]:
     """Call with a store URL to start `servescope ui` on it; returns the running server."""
+    with _servers(tmp_path, request, free_port) as launch:
+
+        def start(db_url: str) -> UiServer:
+            server = launch(db_url)
+            server.wait_healthy(SERVER_START_S)
+            return server
+
+        yield start
+
+
+@pytest.fixture
+def ui_servers(
+    tmp_path: Path, request: pytest.FixtureRequest, free_port: Callable[[], int]
+) -> Iterator[Callable[[list[str]], list[UiServer]]]:
+    """Call with store URLs to start one `servescope ui` per URL, all at once (they boot in
+    parallel), and wait until every one is healthy. Only the health endpoint is requested, so a
+    page's first request is the test's own."""
+    with _servers(tmp_path, request, free_port) as launch:
+
+        def start(db_urls: list[str]) -> list[UiServer]:
+            servers = [launch(url) for url in db_urls]
+            for server in servers:
+                server.wait_healthy(SERVER_START_S)
+            return servers
+
+        yield start
+
+
+@contextlib.contextmanager
+def _servers(
+    tmp_path: Path, request: pytest.FixtureRequest, free_port: Callable[[], int]
+) -> Iterator[Callable[[str], UiServer]]:
+    """Launches `servescope ui` processes (not waiting for them); stops them all on exit."""
     started: list[UiServer] = []
 
-    def start(db_url: str) -> UiServer:
+    def launch(db_url: str) -> UiServer:
         port = free_port()
+        while port in {s.port for s in started}:  # not yet bound by the one launched before
+            port = free_port()
         log_path = tmp_path / f"ui-{port}.log"
         log = log_path.open("wb")
         env = dict(os.environ, SERVESCOPE_DB=db_url, PYTHONUNBUFFERED="1")
@@ -165,14 +207,45 @@ def ui_server(
         )
         server = UiServer(f"http://127.0.0.1:{port}", port, proc, log_path, log)
         started.append(server)
-        server.wait_healthy(SERVER_START_S)
         return server
 
-    yield start
-    for server in started:
-        if _failed(request.node):
-            shutil.copy(server.log_path, _artifact(request.node, f".server-{server.port}.log"))
-        server.stop()
+    try:
+        yield launch
+    finally:
+        for server in started:  # all at once: they end in parallel
+            server.terminate()
+        for server in started:
+            if _failed(request.node):
+                shutil.copy(server.log_path, _artifact(request.node, f".server-{server.port}.log"))
+            server.stop()
+
+
+def expect_framed(page: Any, link: str, heading: str) -> None:
+    """The page a link opened is drawn inside the app's frame (ui/frame.py): its heading, the app's
+    menu in the sidebar (not Streamlit's file-order ``pages/`` menu), the store box, and the wide
+    layout. Call right after ``page.goto``."""
+    from playwright.sync_api import expect
+
+    from ui.nav import PAGES
+
+    expect(page.get_by_role("heading", name=heading).first).to_be_visible()
+    sidebar = page.get_by_test_id("stSidebar")
+    # a menu link's text is its icon's ligature name, then its title ("timerLatency")
+    menu = [re.compile(f"{re.escape(p.title)}$") for p in PAGES]
+    expect(sidebar.get_by_test_id("stSidebarNavLink"), f"{link}: the app's menu").to_have_text(menu)
+    expect(sidebar.get_by_test_id("stCaptionContainer"), f"{link}: store box").to_have_text(
+        ["Store"]
+    )
+    expect(sidebar.get_by_role("button", name="Refresh data")).to_be_visible()
+    box = page.get_by_test_id("stMainBlockContainer").bounding_box()
+    assert box is not None, f"{link}: no main column"
+    assert box["width"] > WIDE_MIN_PX, f"{link}: main column {box['width']:.0f} px, not wide"
+
+
+@pytest.fixture(name="expect_framed")
+def _expect_framed_fixture() -> Callable[[Any, str, str], None]:
+    """Call as ``expect_framed(page, link, heading)`` (see :func:`expect_framed`)."""
+    return expect_framed
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""Every page of the dashboard opened in Debian's chromium on real demo data.
+"""Every page of the dashboard opened in Debian's chromium on real demo data, each as the first
+request of a fresh server and drawn inside the app's frame.
 
 The data comes from the demo itself on a small plan: a real `servescope sim` process measured
 by the real load generator, with its /metrics scraped into engine samples, into a DuckDB file.
@@ -43,15 +44,19 @@ def demo_store(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.mark.parametrize("spec", PAGES, ids=[p.url_path for p in PAGES])
 def test_page_renders_demo_data_without_exception(
-    spec: Any, demo_store: str, ui_server: Callable[[str], Any], page: Any
+    spec: Any,
+    demo_store: str,
+    ui_server: Callable[[str], Any],
+    page: Any,
+    expect_framed: Callable[[Any, str, str], None],
 ) -> None:
     from playwright.sync_api import expect
 
     server = ui_server(demo_store)
     path = "" if spec.default else spec.url_path
-    page.goto(f"{server.url}/{path}?run=demo-e2e-c4")
-    title = TITLES.get(spec.url_path, spec.title)
-    expect(page.get_by_role("heading", name=title).first).to_be_visible()
+    link = f"/{path}?run=demo-e2e-c4"
+    page.goto(f"{server.url}{link}")  # the fresh server's first page request
+    expect_framed(page, link, TITLES.get(spec.url_path, spec.title))
     # the script has finished: no running indicator, no element placeholders left
     expect(page.locator('[data-testid="stStatusWidget"]')).to_have_count(0)
     expect(page.locator('[data-testid="stSkeleton"]')).to_have_count(0)

@@ -1,4 +1,5 @@
-"""AppTest: every page registered in app.py runs on an empty and on a seeded store."""
+"""AppTest: every page registered in ui.frame runs on an empty and on a seeded store, through the
+script `servescope ui` runs (ui/entry/streamlit_app.py) and through app.py."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from streamlit.testing.v1 import AppTest
 from ui import nav
 
 ROOT = Path(__file__).resolve().parents[2]
-APP = str(ROOT / "app.py")
+APP = str(ROOT / "ui" / "entry" / "streamlit_app.py")  # what `servescope ui` runs
+ROOT_APP = str(ROOT / "app.py")  # `streamlit run app.py`
 TIMEOUT = 30
 
 
@@ -62,8 +64,23 @@ def test_every_page_runs_via_app(
         seed()
     at = _run_app()
     _no_exception(at)
-    at.switch_page(page.path).run()
+    at.switch_page(str(page.file)).run()
     _no_exception(at)
+
+
+def test_entry_script_has_no_pages_folder_beside_it() -> None:
+    """Streamlit runs its legacy pages/ mode, which skips the frame on a fresh server's first
+    deep link, for a main script with a `pages` folder beside it (tests/e2e/test_deep_links.py)."""
+    assert not (Path(APP).parent / "pages").exists()
+
+
+@pytest.mark.parametrize("script", [APP, ROOT_APP], ids=["entry", "app.py"])
+def test_both_entry_scripts_draw_the_frame(script: str, db_url: str) -> None:
+    at = AppTest.from_file(script, default_timeout=TIMEOUT).run()
+    _no_exception(at)
+    assert at.sidebar.caption[0].value == "Store"
+    assert at.sidebar.code[0].value == db_url
+    assert at.title[0].value == "ServeScope"
 
 
 @pytest.mark.parametrize("seeded", [False, True], ids=["empty", "seeded"])
