@@ -9,12 +9,27 @@ raw ``asyncio.Protocol`` HTTP/1.1, chat and completions with SSE streaming, usag
   do not accumulate). With both 0 the server streams **as fast as it can** (``burst`` chunks
   per event-loop turn, with back-pressure), for load-generator capacity runs.
 - ``output_tokens``: chunks per response (default: the request's ``max_tokens``).
-- ``script``: behaviours cycled per completion request: ``ok``, ``500``, ``429``, ``reset:N``
-  (TCP reset after N chunks), ``stall:N`` (stop sending after N chunks, keep the connection),
-  ``close:N`` (close cleanly mid-stream), ``error-event:N`` (an SSE error event after N
-  chunks); ``ok*8`` repeats.
+- ``script``: behaviours cycled per streamed completion request (``ok*8`` repeats):
+
+  - ``ok``; ``500``, ``429`` (an error status with an OpenAI-style JSON error body);
+  - mid-stream faults after N content chunks: ``reset:N`` (TCP reset), ``stall:N`` (stop
+    sending, keep the connection; ``stall:1`` stalls after the first token), ``close:N``
+    (close the connection mid-body), ``end:N`` (end the body cleanly: no finish reason, no
+    usage, no ``[DONE]``), ``error-event:N`` (an SSE error event), ``malformed:N`` (one
+    invalid-JSON ``data:`` line holding ``"content":``, then the rest of a normal stream),
+    ``echo-event:N`` (an SSE error event quoting the request's headers);
+  - whole-response modes: ``json`` (200 with a non-streamed JSON completion and its usage,
+    ``stream: true`` ignored), ``html`` (200 ``text/html``), ``empty`` (200 SSE with no content
+    and no usage, just ``[DONE]``), ``no-done`` (a complete stream without ``data: [DONE]``),
+    ``slow-headers:MS`` (the response head only after MS ms, then a normal stream), ``echo``
+    (401 with the request's headers, ``Authorization`` included, in the error body).
+- ``POST /mock/script?set=SCRIPT`` (``MockServer.set_script``) replaces the script and starts
+  over with fresh stats, so one server process serves many scripted runs.
 - ``record``: keep what was actually sent (TTFT and gaps, by the server's clock), served at
-  ``GET /mock/stats`` — the truth a measurement-error benchmark compares against.
+  ``GET /mock/stats`` — the truth a measurement-error benchmark compares against. Counted
+  always: completion requests received (``requests``, and ``actions``: per script action),
+  content chunks written (``tokens``), streams finished (``completed``), malformed events
+  written (``malformed``) and ``/v1/`` requests per query string (``queries``).
 
 Prompt tokens are counted as ``ceil(characters / 4)`` (plus 4 per chat message and 3 for the
 chat template), a stable stand-in for a tokenizer. Chat responses start with an empty
@@ -39,13 +54,33 @@ import struct
 import subprocess
 import sys
 import time
+import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 _perf = time.perf_counter
 
-ACTIONS = ("ok", "500", "429", "reset", "stall", "close", "error-event")
+ACTIONS = (
+    "ok",
+    "500",
+    "429",
+    "reset",
+    "stall",
+    "close",
+    "end",
+    "error-event",
+    "malformed",
+    "echo-event",
+    "json",
+    "html",
+    "empty",
+    "no-done",
+    "slow-headers",
+    "echo",
+)
+#: actions applied mid-stream, after their N content chunks
+MID_STREAM = frozenset({"reset", "stall", "close", "end", "error-event", "malformed", "echo-event"})
 
 
 @dataclass
@@ -103,6 +138,9 @@ class Stats:
     requests: int = 0
     completed: int = 0
     tokens: int = 0  # content chunks written, always counted (record or not)
+    actions: dict[str, int] = field(default_factory=dict)  # completion requests per action
+    malformed: int = 0  # malformed events written
+    queries: dict[str, int] = field(default_factory=dict)  # /v1/ requests per query string
     ttft_ms: list[float] = field(default_factory=list)
     itl_ms: list[float] = field(default_factory=list)
 
@@ -111,6 +149,9 @@ class Stats:
             "requests": self.requests,
             "completed": self.completed,
             "tokens": self.tokens,
+            "actions": self.actions,
+            "malformed": self.malformed,
+            "queries": self.queries,
             "ttft_ms": self.ttft_ms,
             "itl_ms": self.itl_ms,
             "cpu_s": time.process_time(),
@@ -130,6 +171,7 @@ class _Stream:
         "chat",
         "conn",
         "done_payload",
+        "headers",
         "i",
         "include_usage",
         "last_write",
@@ -142,9 +184,17 @@ class _Stream:
         "ttft_recorded",
     )
 
-    def __init__(self, conn: _Conn, body: dict[str, Any], chat: bool, t0_loop: float) -> None:
+    def __init__(
+        self,
+        conn: _Conn,
+        body: dict[str, Any],
+        chat: bool,
+        t0_loop: float,
+        headers: Sequence[tuple[str, str]] = (),
+    ) -> None:
         cfg = conn.server.cfg
         self.conn = conn
+        self.headers = list(headers)
         self.chat = chat
         max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
         max_tokens = int(max_tokens) if max_tokens else cfg.default_max_tokens
@@ -192,7 +242,7 @@ class _Stream:
                 f'data: {{"id":"cmpl-mock","object":"text_completion","created":0,"model":{model},'
                 f'"choices":[{{"index":0,"text":"","logprobs":null,"finish_reason":"{reason}"}}]}}\n\n'
             )
-        if self.include_usage:
+        if self.include_usage and self.action != "empty":
             usage = {
                 "prompt_tokens": self.prompt_tokens,
                 "completion_tokens": self.i,
@@ -203,7 +253,10 @@ class _Stream:
                 f'data: {{"id":"mock","object":"{obj}","created":0,"model":{model},'
                 f'"choices":[],"usage":{json.dumps(usage, separators=(",", ":"))}}}\n\n'
             )
-        parts.append("data: [DONE]\n\n")
+        if self.action == "empty":
+            parts = []
+        if self.action != "no-done":
+            parts.append("data: [DONE]\n\n")
         chunked = cfg.chunked
         out = b"".join(_frame(p.encode(), chunked) for p in parts)
         return out + (b"0\r\n\r\n" if chunked else b"")
@@ -212,7 +265,14 @@ class _Stream:
 
     def start(self) -> None:
         conn = self.conn
+        if conn.closed:
+            return
         cfg = conn.server.cfg
+        if self.action == "slow-headers":  # the deadlines count from the delayed head
+            self.t0_loop = conn.loop.time()
+            self.t0_perf = _perf()
+        if self.action == "empty":
+            self.n = 0
         head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
         head += (
             b"transfer-encoding: chunked\r\n\r\n" if cfg.chunked else b"connection: close\r\n\r\n"
@@ -235,23 +295,39 @@ class _Stream:
     def _interrupt(self) -> bool:
         """Apply a mid-stream script action at the current chunk; True when it ended output."""
         action = self.action
-        if action == "ok" or self.i < self.arg:
+        if action not in MID_STREAM or self.i < self.arg:
             return False
         conn = self.conn
+        chunked = conn.server.cfg.chunked
+        end = b"0\r\n\r\n" if chunked else b""
         if action == "reset":
             conn.reset()
         elif action == "close":
             conn.close()
-        elif action == "error-event":
-            err = (
-                b'data: {"error":{"message":"mock error event","type":"server_error",'
-                b'"code":500}}\n\n'
-            )
-            tail = _frame(err, True) + _frame(b"data: [DONE]\n\n", True) + b"0\r\n\r\n"
-            conn.write(tail)
-            conn.stream_done()
+        elif action == "end":
+            conn.write(end)
+            self._ended()
+        elif action == "malformed":
+            bad = b'data: {"choices":[{"index":0,"delta":{"content":" tok"}}\n\n'  # cut short
+            conn.write(_frame(bad, chunked))
+            conn.server.stats.malformed += 1
+            self.action = "ok"  # once; the stream then goes on normally
+            return False
+        elif action in ("error-event", "echo-event"):
+            msg = "mock error event"
+            if action == "echo-event":
+                msg = "request headers: " + "; ".join(f"{k}: {v}" for k, v in self.headers)
+            err = json.dumps({"error": {"message": msg, "type": "server_error", "code": 500}})
+            tail = _frame(b"data: " + err.encode() + b"\n\n", chunked)
+            conn.write(tail + _frame(b"data: [DONE]\n\n", chunked) + end)
+            self._ended()
         # stall: simply stop sending
         return True
+
+    def _ended(self) -> None:
+        if not self.conn.server.cfg.chunked:
+            self.conn.close()
+        self.conn.stream_done()
 
     def _record_write(self, now: float) -> None:
         stats = self.conn.server.stats
@@ -367,6 +443,7 @@ class _Conn(asyncio.Protocol):
             if end < 0:
                 return
             lines = self.buf[:end].split(b"\r\n")
+            headers: list[tuple[str, str]] = []
             try:
                 method, target, _ = lines[0].decode("latin-1").split(" ", 2)
             except ValueError:
@@ -376,27 +453,35 @@ class _Conn(asyncio.Protocol):
             length = 0
             for line in lines[1:]:
                 name, _, value = line.partition(b":")
+                headers.append((name.strip().decode("latin-1"), value.strip().decode("latin-1")))
                 if name.strip().lower() == b"content-length":
                     length = int(value.strip())
             if len(self.buf) < end + 4 + length:
                 return
             body = self.buf[end + 4 : end + 4 + length]
             self.buf = self.buf[end + 4 + length :]
-            self._handle(method, target.split("?", 1), body)
+            self._handle(method, target.split("?", 1), body, headers)
 
-    def _respond(self, status: int, obj: Any, reason: str = "") -> None:
-        data = json.dumps(obj).encode()
+    def _respond(
+        self, status: int, obj: Any, reason: str = "", ctype: str = "application/json"
+    ) -> None:
+        data = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
         reason = reason or {200: "OK", 400: "Bad Request", 404: "Not Found"}.get(status, "Error")
         head = (
-            f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
+            f"HTTP/1.1 {status} {reason}\r\ncontent-type: {ctype}\r\n"
             f"content-length: {len(data)}\r\n\r\n"
         )
         self.write(head.encode() + data)
 
-    def _handle(self, method: str, target: list[str], raw: bytes) -> None:
+    def _handle(
+        self, method: str, target: list[str], raw: bytes, headers: list[tuple[str, str]]
+    ) -> None:
         path = target[0]
         server = self.server
         cfg = server.cfg
+        if path.startswith("/v1/"):
+            query = target[1] if len(target) > 1 else ""
+            server.stats.queries[query] = server.stats.queries.get(query, 0) + 1
         if method == "GET" and path == "/v1/models":
             self._respond(
                 200,
@@ -410,6 +495,17 @@ class _Conn(asyncio.Protocol):
             return
         if method == "GET" and path == "/health":
             self._respond(200, {"status": "ok"})
+            return
+        if path == "/mock/script":
+            # ?set=ok,500: a new script, from its first action, with fresh stats
+            asked = urllib.parse.parse_qs(target[1] if len(target) > 1 else "")
+            try:
+                cfg.script = parse_script((asked.get("set") or [""])[0])
+            except ValueError as exc:
+                self._respond(400, {"error": {"message": str(exc)}})
+                return
+            server.restart_script()
+            self._respond(200, {"script": [f"{a}:{n}" for a, n in cfg.script]})
             return
         if path == "/mock/stats":
             self._respond(200, server.stats.as_dict())
@@ -433,14 +529,29 @@ class _Conn(asyncio.Protocol):
         if not body.get("stream"):
             self._respond_plain(body, chat)
             return
-        stream = _Stream(self, body, chat, t0_loop)
-        if stream.action in ("500", "429"):
-            status = int(stream.action)
+        stream = _Stream(self, body, chat, t0_loop, headers)
+        action = stream.action
+        if action in ("500", "429"):
+            status = int(action)
             msg = "mock server error" if status == 500 else "mock rate limit"
             self._respond(status, {"error": {"message": msg, "code": status}})
             return
+        if action == "echo":
+            echoed = "; ".join(f"{k}: {v}" for k, v in headers)
+            self._respond(401, {"error": {"message": f"unauthorized; you sent {echoed}"}})
+            return
+        if action == "json":
+            self._respond_plain(body, chat)
+            return
+        if action == "html":
+            page = b"<!doctype html><html><body><h1>Welcome</h1></body></html>"
+            self._respond(200, page, ctype="text/html; charset=utf-8")
+            return
         self.busy = True
-        stream.start()
+        if action == "slow-headers":
+            self.loop.call_later(stream.arg / 1000.0, stream.start)
+        else:
+            stream.start()
 
     def _respond_plain(self, body: dict[str, Any], chat: bool) -> None:
         cfg = self.server.cfg
@@ -464,9 +575,14 @@ class MockServerCore:
         self.stats = Stats()
         self._n = 0
 
+    def restart_script(self) -> None:
+        self._n = 0
+        self.stats = Stats()
+
     def next_action(self) -> tuple[str, int]:
         action = self.cfg.script[self._n % len(self.cfg.script)]
         self._n += 1
+        self.stats.actions[action[0]] = self.stats.actions.get(action[0], 0) + 1
         return action
 
     async def serve(self, host: str, port: int) -> asyncio.Server:
@@ -591,6 +707,14 @@ class MockServer:
         with urllib.request.urlopen(url, timeout=30) as resp:
             data: dict[str, Any] = json.loads(resp.read())
         return data
+
+    def set_script(self, script: str) -> None:
+        """Replace the server's script (``"ok,500"``), starting over with fresh stats."""
+        import urllib.request
+
+        url = self.url + "/mock/script?" + urllib.parse.urlencode({"set": script})
+        with urllib.request.urlopen(urllib.request.Request(url, method="POST"), timeout=30):
+            pass
 
     def stop(self) -> None:
         proc = self.proc

@@ -5,13 +5,22 @@ its transport is ``LeanTransport`` (raw asyncio, timestamped reads, zero-switch 
 other httpx transport (``httpx.AsyncHTTPTransport``, ``httpx.MockTransport``) also works, through
 the generic ``aiter_raw`` path — with coarser timing, since reads are then stamped when the
 coroutine sees them.
+
+Secrets stop here: the endpoint URL's userinfo is taken out of every request URL and sent as a
+header, and every text that leaves this module for a row, a log or an exception (error bodies,
+error events, protocol errors) goes through ``HttpxEndpoint.redact`` first: the API key, the
+URL's password, ``Bearer``/``Basic`` credentials and ``api_key=``-style values become ``***``.
+The ``httpx`` logger (``-v``) gets a filter doing the same to the URLs it logs.
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import logging
+import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -29,6 +38,81 @@ from collectors.loadgen.workloads import TurnSpec
 _perf = time.perf_counter
 
 API_PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+
+
+#: what a response must declare to be read as a stream
+SSE_TYPE = "text/event-stream"
+
+_AUTH_RE = re.compile(r"\b(Bearer|Basic|Token)(\s+|%20)[^\s\"',;&]+", re.IGNORECASE)
+_PARAM_RE = re.compile(
+    r"\b((?:api[_-]?key|access[_-]?token|token|key|password|secret|sig|signature)"
+    r"[\"']?\s*[=:]\s*[\"']?)([^\s\"'&,;}]+)",
+    re.IGNORECASE,
+)
+_USERINFO_RE = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s@]+@")
+MASK = "***"
+
+
+def redact(text: str, secrets: Iterable[str] = ()) -> str:
+    """``text`` without credentials: the given ``secrets`` (the API key, the URL's password),
+    ``Bearer``/``Basic`` values, ``api_key=``/``token:``-style values and URL userinfo."""
+    for secret in secrets:
+        if secret and len(secret) >= 3:
+            text = text.replace(secret, MASK)
+    text = _AUTH_RE.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", text)
+    text = _PARAM_RE.sub(lambda m: m.group(1) + MASK, text)
+    return _USERINFO_RE.sub(lambda m: m.group(1) + MASK + "@", text)
+
+
+class _RedactingFilter(logging.Filter):
+    """Masks credentials in the ``httpx`` logger's records (it logs every request's URL)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.args:
+            args = record.args if isinstance(record.args, tuple) else (record.args,)
+            record.args = tuple(
+                redact(str(a)) if isinstance(a, httpx.URL | str) else a for a in args
+            )
+        if isinstance(record.msg, str):
+            record.msg = redact(record.msg)
+        return True
+
+
+_LOG_FILTER = _RedactingFilter()
+for _name in ("httpx", "httpcore"):
+    if _LOG_FILTER not in logging.getLogger(_name).filters:
+        logging.getLogger(_name).addFilter(_LOG_FILTER)
+
+
+def auth_hint(api_key_env: str | None) -> str:
+    """The hint of a 401/403: name the variable whose key was rejected (never the key), or say
+    how to pass one."""
+    if api_key_env:
+        return (
+            f"the server rejected the key from ${api_key_env} (sent as a Bearer token): check "
+            "that variable's value and the key's permissions"
+        )
+    return "the server wants a key: pass it with --api-key-env NAME (the variable holding it)"
+
+
+def connect_hint(exc: Exception) -> str:
+    """The hint of a failed connection."""
+    if "TLS handshake" in str(exc):
+        return "is the server plain HTTP? try --endpoint http://… instead of https://"
+    return "is the server running, and is --endpoint its base URL?"
+
+
+def split_endpoint(endpoint: str) -> tuple[str, str, tuple[str, str] | None]:
+    """``--endpoint`` → (base URL without credentials, query and fragment; ``?query`` to append
+    to every request URL, or ""; (user, password) from the URL, or None).
+
+    ``http://u:p@h:8000/v1?api-version=2`` → (``http://h:8000``, ``?api-version=2``, (u, p)).
+    """
+    u = httpx.URL(endpoint.strip())
+    creds = (u.username, u.password) if (u.username or u.password) else None
+    query = u.query.decode("ascii", "replace")
+    clean = u.copy_with(username=None, password=None, query=None, fragment=None)
+    return base_url(str(clean)), ("?" + query) if query else "", creds
 
 
 def base_url(endpoint: str) -> str:
@@ -83,8 +167,9 @@ def build_body(
     return json.dumps(body, separators=(",", ":")).encode(), sent
 
 
-def error_text(status: int, raw: bytes) -> str:
-    """A short error message from an error response body (OpenAI-style JSON or text)."""
+def error_text(status: int, raw: bytes, secrets: Iterable[str] = ()) -> str:
+    """A short error message from an error response body (OpenAI-style JSON or text), with
+    credentials masked (``redact``) before it is cut to length."""
     msg = ""
     try:
         obj = json.loads(raw)
@@ -95,7 +180,7 @@ def error_text(status: int, raw: bytes) -> str:
             msg = str(err)
     except ValueError:
         msg = raw.decode("utf-8", "replace")
-    msg = " ".join(msg.split())[:300]
+    msg = " ".join(redact(msg, secrets).split())[:300]
     return f"HTTP {status}: {msg}" if msg else f"HTTP {status}"
 
 
@@ -113,13 +198,17 @@ class HttpxEndpoint:
     ) -> None:
         if api not in API_PATHS:
             raise ValueError(f"unknown api {api!r}")
-        self.base = base_url(endpoint)
-        self.url = self.base + API_PATHS[api]
+        self.base, self.query, creds = split_endpoint(endpoint)
+        self.url = self.base + API_PATHS[api] + self.query
         self.api = api
+        self.secrets = tuple(s for s in (api_key, creds[1] if creds else None) if s)
         self.transport = transport if transport is not None else LeanTransport()
-        headers = {"content-type": "application/json", "accept": "text/event-stream"}
+        headers = {"content-type": "application/json", "accept": SSE_TYPE}
         if api_key:
             headers["authorization"] = f"Bearer {api_key}"
+        elif creds is not None:  # the URL's user:password, sent as a header, never in a URL
+            token = base64.b64encode(f"{creds[0]}:{creds[1]}".encode()).decode("ascii")
+            headers["authorization"] = f"Basic {token}"
         self.client = httpx.AsyncClient(
             transport=self.transport,
             timeout=httpx.Timeout(timeout_s),
@@ -132,6 +221,10 @@ class HttpxEndpoint:
         self._post_url = httpx.URL(self.url)
         self._post_headers = httpx.Headers({**headers, "host": self._post_url.netloc.decode()})
         self._timeout = httpx.Timeout(timeout_s).as_dict()
+
+    def redact(self, text: str) -> str:
+        """``text`` with this endpoint's credentials (and any credential-looking value) masked."""
+        return redact(text, self.secrets)
 
     async def prewarm(self, connections: int) -> int:
         if isinstance(self.transport, LeanTransport) and connections > 0:
@@ -160,10 +253,17 @@ class HttpxEndpoint:
             timing.sent = t0
         timing.status = response.status_code
         try:
-            if response.status_code >= 300:
+            status = response.status_code
+            if status >= 300:
                 raw = await response.aread()
                 acc.last_byte_t = _perf()
-                return response.status_code, error_text(response.status_code, raw)
+                return status, error_text(status, raw, self.secrets)
+            ctype = response.headers.get("content-type", "")
+            mime = ctype.split(";", 1)[0].strip().lower()
+            if mime and mime != SSE_TYPE:
+                raw = await response.aread()
+                acc.last_byte_t = _perf()
+                return status, self._not_a_stream(status, mime, raw, acc)
             fast = response.extensions.get(FAST_STREAM_EXT)
             if isinstance(fast, LeanStream):
                 await fast.consume(acc.feed)
@@ -171,12 +271,30 @@ class HttpxEndpoint:
                 async for data in response.aiter_raw():
                     acc.feed(data, _perf())
             acc.finish()
-            return response.status_code, None
+            problem = acc.problem()
+            return status, self.redact(problem) if problem is not None else None
         finally:
             await response.aclose()
 
+    def _not_a_stream(self, status: int, mime: str, raw: bytes, acc: StreamAccumulator) -> str:
+        """The error of a success status whose body is not an SSE stream (docs/metrics.md)."""
+        if mime == "application/json" or mime.endswith("+json"):
+            try:
+                obj = json.loads(raw)
+            except ValueError:
+                obj = None
+            if isinstance(obj, dict) and isinstance(obj.get("choices"), list):
+                acc.non_streamed(raw)  # its usage and finish reason are kept on the row
+                return f"HTTP {status} with {acc.problem()}"
+            if isinstance(obj, dict) and "error" in obj:
+                return self.redact(error_text(status, raw, self.secrets))
+        return (
+            f"HTTP {status} with content-type {mime}, expected {SSE_TYPE} "
+            "(is --endpoint the API's base URL?)"
+        )
+
     async def get_json(self, path: str) -> Any:
-        response = await self.client.get(self.base + path)
+        response = await self.client.get(self.base + path + self.query)
         response.raise_for_status()
         return response.json()
 

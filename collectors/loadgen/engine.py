@@ -62,6 +62,10 @@ class Endpoint(Protocol):
 
     async def aclose(self) -> None: ...
 
+    def redact(self, text: str) -> str:
+        """``text`` without the endpoint's credentials (every error text passes through)."""
+        ...
+
 
 class Clock:
     """perf_counter for intervals, mapped to Unix-epoch seconds for storage."""
@@ -385,12 +389,14 @@ class Driver:
         try:
             async with asyncio.timeout(plan.timeout_s):
                 http_status, error = await self.endpoint.stream(body, acc, timing)
+            if error is None:
+                # status rules (docs/metrics.md, "Request status"): an error event, malformed
+                # events, no content and no usage, or a cut stream make a 2xx response an error
+                error = acc.problem()
             if error is not None:
                 status = "error"
             else:
-                err = acc.error()
-                if err is not None:
-                    status, error = "error", err
+                error = acc.note()  # e.g. completed without data: [DONE]: ok, but noted
         except TimeoutError:
             status, error = "timeout", f"no complete response within {plan.timeout_s:g} s"
         except asyncio.CancelledError:
@@ -402,6 +408,8 @@ class Driver:
             status, error = "error", f"{type(exc).__name__}: {exc}"
         except OSError as exc:
             status, error = "error", f"{type(exc).__name__}: {exc}"
+        if error is not None:
+            error = self.endpoint.redact(error)
         end = perf()
         if http_status is None:
             http_status = timing.status

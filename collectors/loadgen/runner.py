@@ -28,7 +28,13 @@ from typing import Any
 
 import httpx
 
-from collectors.loadgen.client import HttpxEndpoint, base_url, build_body
+from collectors.loadgen.client import (
+    HttpxEndpoint,
+    auth_hint,
+    build_body,
+    connect_hint,
+    split_endpoint,
+)
 from collectors.loadgen.config import BenchConfig, LoadLevel
 from collectors.loadgen.engine import Driver, DriverSummary, ResultBatch, WorkerPlan
 from collectors.loadgen.progress import ProgressView
@@ -81,9 +87,7 @@ class Prepared:
 
 def public_endpoint(endpoint: str) -> str:
     """The endpoint without credentials or query string (what the store may keep)."""
-    u = httpx.URL(endpoint.strip())
-    port = f":{u.port}" if u.port else ""
-    return base_url(f"{u.scheme}://{u.host}{port}{u.path}")
+    return split_endpoint(endpoint)[0]
 
 
 def _api_key(cfg: BenchConfig, env: Mapping[str, str] | None) -> str | None:
@@ -98,7 +102,7 @@ def _api_key(cfg: BenchConfig, env: Mapping[str, str] | None) -> str | None:
             f"--api-key-env {cfg.api_key_env}: that environment variable is not set or empty",
             hint=f"export {cfg.api_key_env}=... (the key is sent as a Bearer token, never stored)",
         )
-    return key
+    return key.strip()
 
 
 # --- discovery and calibration --------------------------------------------------------------
@@ -110,13 +114,18 @@ async def _discover(ep: HttpxEndpoint, cfg: BenchConfig) -> tuple[str, str | Non
     except httpx.HTTPStatusError as exc:
         listing = None
         problem = f"HTTP {exc.response.status_code}"
+        if exc.response.status_code in (401, 403) and not cfg.model:
+            raise EndpointError(
+                f"{public_endpoint(cfg.endpoint)}/v1/models answered {problem}",
+                hint=auth_hint(cfg.api_key_env),
+            ) from None
     except httpx.HTTPError as exc:
         if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
             raise EndpointError(
-                f"cannot reach {public_endpoint(cfg.endpoint)}: {exc}",
-                hint="is the server running, and is --endpoint its base URL?",
+                f"cannot reach {public_endpoint(cfg.endpoint)}: {ep.redact(str(exc))}",
+                hint=connect_hint(exc),
             ) from None
-        listing, problem = None, f"{type(exc).__name__}: {exc}"
+        listing, problem = None, ep.redact(f"{type(exc).__name__}: {exc}")
     except ValueError:
         listing, problem = None, "the answer is not JSON"
     data = listing.get("data") if isinstance(listing, dict) else None
@@ -153,16 +162,16 @@ async def _probe(ep: HttpxEndpoint, cfg: BenchConfig, model: str) -> Calibration
                 status, error = await ep.stream(body, acc, SendTiming())
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             raise EndpointError(
-                f"cannot reach {public_endpoint(cfg.endpoint)}: {exc}",
-                hint="is the server running, and is --endpoint its base URL?",
+                f"cannot reach {public_endpoint(cfg.endpoint)}: {ep.redact(str(exc))}",
+                hint=connect_hint(exc),
             ) from None
         except (httpx.HTTPError, TimeoutError, OSError) as exc:
             note = f"default (probe failed: {type(exc).__name__})"
             break
         if status in (400, 401, 403, 404, 405, 422):
             hint = {
-                401: "pass the key with --api-key-env NAME",
-                403: "pass the key with --api-key-env NAME",
+                401: auth_hint(cfg.api_key_env),
+                403: auth_hint(cfg.api_key_env),
                 404: "is this an OpenAI-compatible server? try --api completions or --api chat",
                 405: "try --api completions or --api chat",
             }.get(status, "check --model and --api")

@@ -9,6 +9,14 @@ bytes were read from the socket.
 
 Metric definitions (ARCHITECTURE §5): the first content event gives TTFT; every gap between
 consecutive content events is one ITL sample (``gaps_ms``); the last byte gives E2E.
+
+Malformed input is rejected without decoding every event: a content event counts only when it
+is structurally a JSON object (it starts with ``{`` and ends with ``}``, its braces, brackets and
+unescaped quotes balance; only an event that fails this cheap check is JSON-decoded to decide).
+The learned-shape fast paths take an event only when its bytes around the content string are
+those of an event already validated and its content string holds no unescaped quote (counted).
+A rejected event is counted in ``malformed`` and never timed. ``problem()`` says why a finished
+stream cannot count as a successful response (docs/metrics.md, "Request status").
 """
 
 from __future__ import annotations
@@ -44,6 +52,29 @@ def has_content(payload: bytes) -> bool:
                 return True
             i = payload.find(key, j)
     return b'"tool_calls":[' in payload or b'"tool_calls": [' in payload
+
+
+def _string_closed(data: bytes, start: int, end: int) -> bool:
+    """True when ``data[start:end]`` (a JSON string's inside) holds no unescaped quote."""
+    q = data.find(b'"', start, end)
+    while q >= 0:
+        b = q - 1
+        while b >= start and data[b] == 92:  # backslashes before the quote: odd → escaped
+            b -= 1
+        if (q - 1 - b) % 2 == 0:
+            return False
+        q = data.find(b'"', q + 1, end)
+    return True
+
+
+def _quotes_balance(region: bytes, expected: int) -> bool:
+    """True when ``region``'s unescaped quotes number ``expected`` (those of its events' learned
+    shape: every content string is then closed where the shape says). One count in the usual
+    case; with escaped quotes, a second; with escaped backslashes, False (checked per event)."""
+    quotes = region.count(b'"')
+    if quotes == expected:
+        return True
+    return quotes - region.count(b'\\"') == expected and b"\\\\" not in region
 
 
 def _value_follows(payload: bytes, key: bytes, first: bytes) -> bool:
@@ -91,7 +122,9 @@ class StreamAccumulator:
         "_buf",
         "_error_raw",
         "_finish_raw",
+        "_malformed_raw",
         "_prefix",
+        "_quotes",
         "_shortest",
         "_suffix",
         "_suffix_nn",
@@ -105,6 +138,8 @@ class StreamAccumulator:
         "gaps_ms",
         "last_byte_t",
         "last_t",
+        "malformed",
+        "plain",
     )
 
     def __init__(self, *, collect_text: bool = False) -> None:
@@ -121,11 +156,15 @@ class StreamAccumulator:
         self._usage_raw: bytes | None = None
         self._finish_raw: bytes | None = None
         self._error_raw: bytes | None = None
+        self.malformed = 0  # data events that are not JSON objects (never counted as content)
+        self._malformed_raw = b""
+        self.plain = False  # a non-streamed JSON completion (see ``non_streamed``)
         # the learned shape of this stream's plain content events (see feed)
         self._prefix = b""
         self._suffix = b""
         self._suffix_nn = b""
         self._shortest = 0
+        self._quotes = 0  # quotes in data: + prefix + suffix (an exact match holds no others)
 
     # --- the hot path -------------------------------------------------------------------
 
@@ -138,6 +177,12 @@ class StreamAccumulator:
             and data.startswith(self._prefix)
             and len(data) > self._shortest
             and data.find(b"\n", len(self._prefix)) == len(data) - 2
+            and (
+                # the content string's first quote is its closing one (the suffix starts with
+                # it), or every quote inside is escaped
+                data.find(b'"', len(self._prefix)) == len(data) - len(self._suffix_nn)
+                or _string_closed(data, len(self._prefix), len(data) - len(self._suffix_nn))
+            )
         ):
             # the commonest read: exactly one plain content event (a JSON string holds no
             # raw newline, so the first newline after the prefix ends this one event)
@@ -174,6 +219,7 @@ class StreamAccumulator:
                 and region.count(b"\n\n" + prefix) == n - 1
                 and region.count(suffix + b"\n\n") == n - 1
                 and prefix + suffix not in region
+                and _quotes_balance(region, n * self._quotes)
             ):
                 self.events += n
                 self.chunks += n
@@ -193,6 +239,10 @@ class StreamAccumulator:
                 and len(event) > shortest
                 and event.startswith(prefix)
                 and event.endswith(suffix)
+                and (
+                    event.find(b'"', len(prefix)) == len(event) - len(suffix)
+                    or _string_closed(event, len(prefix), len(event) - len(suffix))
+                )
             ):
                 self.events += 1
                 last = self.last_t
@@ -238,6 +288,7 @@ class StreamAccumulator:
                             self._prefix, self._suffix = prefix, suffix
                             self._suffix_nn = suffix + b"\n\n"
                             self._shortest = len(prefix) + len(suffix) + 2
+                            self._quotes = prefix.count(b'"') + suffix.count(b'"')
                     return
                 j = q + 1
             return
@@ -245,6 +296,9 @@ class StreamAccumulator:
     def _event(self, payload: bytes, t: float) -> None:
         self.events += 1
         if has_content(payload):
+            if not _looks_like_object(payload) and not _is_object(payload):
+                self._reject(payload)
+                return
             last = self.last_t
             if last is None:
                 self.first_t = t
@@ -258,6 +312,9 @@ class StreamAccumulator:
         elif payload.strip() == b"[DONE]":
             self.done = True
             return
+        elif not _is_object(payload):  # rare: role, finish, usage and error events
+            self._reject(payload)
+            return
         if b'"usage"' in payload and _value_follows(payload, b'"usage":', b"{"):
             self._usage_raw = payload
         if b'"finish_reason"' in payload and _value_follows(payload, b'"finish_reason":', b'"'):
@@ -265,7 +322,63 @@ class StreamAccumulator:
         if b'"error"' in payload and _value_follows(payload, b'"error":', b"{"):
             self._error_raw = payload
 
+    def _reject(self, payload: bytes) -> None:
+        self.malformed += 1
+        if not self._malformed_raw:
+            self._malformed_raw = payload[:80]
+
     # --- after the stream ---------------------------------------------------------------
+
+    def non_streamed(self, raw: bytes) -> None:
+        """Take a whole non-streamed JSON completion: its usage and finish reason are read, it
+        has no content events (no TTFT, no ITL) and it is never a successful streamed response.
+        """
+        self.plain = True
+        if _is_object(raw):
+            self._usage_raw = raw
+            self._finish_raw = raw
+            self._error_raw = raw
+
+    def problem(self) -> str | None:
+        """Why this finished response is not a successful streamed completion, or None.
+
+        Rules (docs/metrics.md, "Request status"): an error event, a non-streamed body, any
+        malformed event, a stream with neither content nor usage, and a stream cut without
+        ``[DONE]`` whose finish reason and usage do not show it completed are failures. A stream
+        that completed (finish reason or usage sent) but omitted ``[DONE]`` is not: ``note()``
+        says so.
+        """
+        err = self.error()
+        if err is not None:
+            return err
+        if self.plain:
+            return (
+                'a non-streamed JSON completion: the server ignored "stream": true, so TTFT '
+                "and ITL cannot be measured"
+            )
+        if self.malformed:
+            first = self._malformed_raw.decode("utf-8", "replace")
+            return (
+                f"malformed SSE: {self.malformed} data event(s) not a JSON object "
+                f"(first: {' '.join(first.split())[:80]!r})"
+            )
+        completed = self._usage_raw is not None or self.finish_reason() is not None
+        if not self.done and not completed:
+            if self.chunks:
+                return (
+                    f"truncated stream: it ended after {self.chunks} content event(s) without "
+                    "data: [DONE], a finish_reason or usage"
+                )
+            return "empty stream: no content, no usage and no data: [DONE]"
+        if not self.chunks and self._usage_raw is None:
+            return "the stream carried no content and no usage (nothing was generated or measured)"
+        return None
+
+    def note(self) -> str | None:
+        """A remark on a successful stream: it completed but did not end with ``[DONE]``."""
+        if not self.done and not self.plain:
+            return "note: the stream ended without data: [DONE] (finish_reason/usage were sent)"
+        return None
 
     def finish(self) -> None:
         """Process a last event that ended without a blank line (at end of body)."""
@@ -306,6 +419,28 @@ class StreamAccumulator:
 
     def text(self) -> str:
         return "".join(self._texts)
+
+
+def _looks_like_object(payload: bytes) -> bool:
+    """The cheap structural check of a content event: a JSON object whose braces, brackets and
+    unescaped quotes balance. False does not mean invalid (a brace inside a string breaks the
+    count); the caller then decodes. An object cut short fails it (its last closing brace is
+    missing) unless its strings hold braces that happen to compensate.
+    """
+    p = payload.strip()
+    if p[:1] != b"{" or p[-1:] != b"}":
+        return False
+    if p.count(b"{") != p.count(b"}") or p.count(b"[") != p.count(b"]"):
+        return False
+    quotes = p.count(b'"') - p.count(b'\\"') + p.count(b'\\\\"')
+    return quotes % 2 == 0
+
+
+def _is_object(raw: bytes) -> bool:
+    try:
+        return isinstance(json.loads(raw), dict)
+    except ValueError:
+        return False
 
 
 def _loads(raw: bytes | None) -> Any:

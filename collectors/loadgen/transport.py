@@ -36,6 +36,10 @@ from collectors.loadgen.http1 import (
 )
 
 TIMING_EXT = "servescope.timing"
+#: seconds a TLS handshake may take once TCP is connected: a handshake takes milliseconds (a
+#: few round trips), so waiting longer only delays the diagnosis of ``https://`` sent to a
+#: plain-HTTP port, where the server waits for a request line that never comes
+TLS_HANDSHAKE_TIMEOUT_S = 5.0
 FAST_STREAM_EXT = "servescope.stream"
 
 Sink = Callable[[bytes, float], None]
@@ -320,8 +324,14 @@ class LeanStream(httpx.AsyncByteStream):
 class LeanTransport(httpx.AsyncBaseTransport):
     """HTTP/1.1 over raw asyncio connections, pooled per origin; see the module docstring."""
 
-    def __init__(self, *, ssl_context: ssl.SSLContext | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        tls_handshake_timeout_s: float = TLS_HANDSHAKE_TIMEOUT_S,
+    ) -> None:
         self._ssl_context = ssl_context
+        self._tls_timeout = tls_handshake_timeout_s
         self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
         self._all: set[_Connection] = set()
 
@@ -339,15 +349,30 @@ class LeanTransport(httpx.AsyncBaseTransport):
         scheme, host, port = key
         loop = asyncio.get_running_loop()
         ctx: ssl.SSLContext | None = None
+        extra: dict[str, Any] = {}
         if scheme == "https":
             ctx = self._ssl_context or ssl.create_default_context()
+            extra["ssl_handshake_timeout"] = self._tls_timeout
         try:
             async with asyncio.timeout(timeout):
                 _transport, conn = await loop.create_connection(
-                    lambda: _Connection(key), host, port, ssl=ctx
+                    lambda: _Connection(key), host, port, ssl=ctx, **extra
                 )
         except TimeoutError as exc:
             raise httpx.ConnectTimeout(f"timed out connecting to {host}:{port}") from exc
+        except ssl.SSLCertVerificationError as exc:
+            raise httpx.ConnectError(
+                f"TLS handshake with {host}:{port} failed: {exc.verify_message or exc}"
+            ) from exc
+        except (ssl.SSLError, ConnectionAbortedError, ConnectionResetError) as exc:
+            if ctx is None:
+                raise httpx.ConnectError(f"cannot connect to {host}:{port}: {exc}") from exc
+            # no handshake in time (the server waits for a plain request line), or a reply
+            # that is not TLS ("wrong version number"), or the peer hung up on the hello
+            raise httpx.ConnectError(
+                f"TLS handshake with {host}:{port} failed ({exc}): the server may speak "
+                "plain HTTP; try http://"
+            ) from exc
         except OSError as exc:
             raise httpx.ConnectError(f"cannot connect to {host}:{port}: {exc}") from exc
         self._all.add(conn)

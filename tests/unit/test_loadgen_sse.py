@@ -1,4 +1,5 @@
-"""SSE reading: events split anywhere, many per read, comments, CRLF, [DONE], usage, errors."""
+"""SSE reading: events split anywhere, many per read, comments, CRLF, [DONE], usage, errors;
+malformed events, streams cut without [DONE], bodies that are not SSE."""
 
 from __future__ import annotations
 
@@ -154,6 +155,104 @@ def test_collect_text() -> None:
     acc = StreamAccumulator(collect_text=True)
     feed_all(acc, [chat("Hel"), chat("lo"), DONE])
     assert acc.text() == "Hello"
+
+
+# --- malformed and incomplete streams (issue 10, items 2 and 10) -----------------------------
+
+BAD_EVENTS = [
+    b'data: {"choices":[{"index":0,"delta":{"content":" tok"}}\n\n',  # cut short
+    b'data: {"choices":[{"delta":{"content":"x"}}]}}\n\n',  # one brace too many
+    b'data: not json, "content": "x"\n\n',
+    b'data: {"choices":[{"delta":{"content":"a"b"}}]}\n\n',  # an unescaped quote
+    b"data: <html>\n\n",
+]
+
+
+@pytest.mark.parametrize("bad", BAD_EVENTS)
+@pytest.mark.parametrize("reads", ["one event per read", "one read", "split 7"])
+def test_a_malformed_event_is_never_a_token_and_fails_the_stream(bad: bytes, reads: str) -> None:
+    events = [chat("", role=True), chat(" a"), chat(" b"), bad, chat(" c")]
+    events += [chat(None, finish="length"), USAGE, DONE]
+    if reads == "one read":
+        pieces = [b"".join(events)]
+    elif reads == "split 7":
+        data = b"".join(events)
+        pieces = [data[i : i + 7] for i in range(0, len(data), 7)]
+    else:
+        pieces = events
+    acc = StreamAccumulator()
+    feed_all(acc, pieces)
+    assert acc.chunks == 3  # a, b, c: the malformed event is not a token, nor an ITL sample
+    assert len(acc.gaps_ms) == 2
+    assert acc.malformed == 1
+    problem = acc.problem()
+    assert problem is not None and problem.startswith("malformed SSE: 1 data event")
+
+
+def test_well_formed_streams_have_no_problem_even_with_braces_in_content() -> None:
+    events = [chat("", role=True), chat(" {"), chat("]"), chat(' "x"'), chat(" \\")]
+    events += [chat(None, finish="stop"), USAGE, DONE]
+    for pieces in (events, [b"".join(events)]):
+        acc = StreamAccumulator()
+        feed_all(acc, pieces)
+        assert (acc.chunks, acc.malformed, acc.problem(), acc.note()) == (4, 0, None, None)
+
+
+def test_a_stream_cut_without_done_finish_or_usage_is_truncated() -> None:
+    acc = StreamAccumulator()
+    feed_all(acc, [chat("", role=True), chat(" a"), chat(" b")])
+    assert not acc.done and acc.chunks == 2
+    assert acc.problem() == (
+        "truncated stream: it ended after 2 content event(s) without data: [DONE], "
+        "a finish_reason or usage"
+    )
+
+
+def test_a_completed_stream_without_done_is_ok_with_a_note() -> None:
+    acc = StreamAccumulator()
+    feed_all(acc, [chat(" a"), chat(None, finish="stop"), USAGE])
+    assert acc.problem() is None
+    assert acc.note() is not None and "without data: [DONE]" in acc.note()  # type: ignore[operator]
+
+
+def test_no_content_and_no_usage_is_not_a_success() -> None:
+    acc = StreamAccumulator()
+    feed_all(acc, [chat("", role=True), DONE])
+    assert acc.problem() is not None and "no content and no usage" in acc.problem()  # type: ignore[operator]
+    empty = StreamAccumulator()
+    feed_all(empty, [])
+    assert empty.problem() is not None and empty.problem().startswith("empty stream")  # type: ignore[union-attr]
+    # the server says it generated nothing (usage 0): a success without TTFT
+    zero = StreamAccumulator()
+    usage0 = b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":0}}\n\n'
+    feed_all(zero, [chat(None, finish="stop"), usage0, DONE])
+    assert zero.problem() is None and zero.first_t is None
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"<!doctype html><html><body><h1>Welcome</h1></body></html>",
+        b'{"id":"x","choices":[{"message":{"content":"hi"}}],"usage":{"prompt_tokens":1}}',
+        b"",
+    ],
+)
+def test_a_body_that_is_not_sse_is_never_a_success(body: bytes) -> None:
+    acc = StreamAccumulator()
+    feed_all(acc, [body])
+    assert acc.chunks == 0 and acc.first_t is None
+    assert acc.problem() is not None
+
+
+def test_a_non_streamed_completion_keeps_its_usage_and_is_a_problem() -> None:
+    acc = StreamAccumulator()
+    acc.non_streamed(
+        b'{"id":"x","choices":[{"index":0,"message":{"content":"hi"},"finish_reason":"length"}],'
+        b'"usage":{"prompt_tokens":7,"completion_tokens":2,"total_tokens":9}}'
+    )
+    assert acc.usage() == (7, 2, None) and acc.finish_reason() == "length"
+    assert acc.first_t is None and acc.chunks == 0
+    assert acc.problem() is not None and "ignored" in acc.problem()  # type: ignore[operator]
 
 
 # --- HTTP/1.1 pieces -------------------------------------------------------------------------
