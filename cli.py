@@ -13,9 +13,13 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import settings
 from errors import ServeScopeError
+
+if TYPE_CHECKING:
+    from store.db import Store
 
 ROOT = Path(__file__).resolve().parent
 
@@ -26,7 +30,14 @@ def _db_commands(sub: argparse._SubParsersAction) -> None:
     actions = db.add_subparsers(dest="db_action", required=True)
     actions.add_parser("info", help="print the store URL, schema version and row counts")
     actions.add_parser("migrate", help="bring the schema up to date and seed the catalog")
-    actions.add_parser("ingest-spool", help="store the batches spooled while the store was locked")
+    spool = actions.add_parser(
+        "ingest-spool", help="store the batches spooled while the store was locked"
+    )
+    spool.add_argument(
+        "--legacy",
+        action="store_true",
+        help="also store old-format batches (they do not record their store) into this store",
+    )
     prepare = actions.add_parser(
         "prepare",
         help="compute run summaries (and large runs' page views) now, so first views are quick",
@@ -39,14 +50,14 @@ def _db_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_db(args: argparse.Namespace) -> int:
-    from store import ingest, migrations, queries_admin
+    from store import migrations, queries_admin
     from store.db import Store
 
     store = Store.open(args.db)
     if args.db_action == "migrate":
         print(f"{store.url}: schema version {migrations.migrate(store)}")
     elif args.db_action == "ingest-spool":
-        print(f"ingested {ingest.ingest_spool(store)} spooled rows into {store.url}")
+        return _ingest_spool(store, legacy=args.legacy)
     elif args.db_action == "prepare":
         from collectors import run_views
 
@@ -61,6 +72,45 @@ def _run_db(args: argparse.Namespace) -> int:
         print(f"store: {store.url}")
         for table, count in queries_admin.table_counts(store).items():
             print(f"  {table:<22} {count:>12,}")
+    return 0
+
+
+#: where spool files went before they recorded their store (relative to the working directory)
+_OLD_SPOOL_DIR = Path("data/spool")
+
+
+def _ingest_spool(store: Store, *, legacy: bool) -> int:
+    """``db ingest-spool``: this store's batches from its spool folder (and the old shared
+    ``data/spool``); says what it left for other stores, and where."""
+    from store import ingest
+
+    own = store.identity().spool_dir
+    folders = [own] + [f for f in (_OLD_SPOOL_DIR,) if f.is_dir() and f.resolve() != own.resolve()]
+    total = ingest.SpoolReport(own)
+    lines: list[str] = []
+    for folder in folders:
+        report = ingest.ingest_spool(store, folder, legacy=legacy)
+        total.add(report)
+        for other, n in sorted(report.others.items()):
+            lines.append(f"  left {n} batch(es) of {other} in {folder.resolve()}")
+        if report.legacy:
+            lines.append(
+                f"  left {report.legacy} old-format batch(es) in {folder.resolve()}: they do not "
+                "record their store; add --legacy to store them into this one"
+            )
+    print(
+        f"ingested {total.rows} spooled rows ({total.batches} batch(es)) into {store.url} "
+        f"from {own.resolve()}"
+    )
+    for line in lines:
+        print(line)
+    if total.rejected:
+        print(
+            f"servescope db ingest-spool: {total.rejected} batch(es) refused by the store, "
+            "kept as *.rejected (see the log)",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

@@ -32,9 +32,10 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "SERVESCOPE_SPOOL_DIR",
-        "data/spool",
-        "Folder where batches go when the store stays locked past the deadline; "
-        "ingested on the next successful flush or by `servescope db ingest-spool`.",
+        "",
+        "Folder where batches go when the store stays locked past the deadline (default: beside "
+        "the store: `<file>.spool/` next to a DuckDB file, a per-store folder under the user's "
+        "data dir for a server); each file records its store, which alone ingests it.",
     ),
     Setting(
         "SERVESCOPE_LOCK_TIMEOUT_S",
@@ -74,8 +75,21 @@ def db_url(env: Mapping[str, str] | None = None) -> str:
     return get("SERVESCOPE_DB", env)
 
 
-def spool_dir(env: Mapping[str, str] | None = None) -> Path:
-    return Path(get("SERVESCOPE_SPOOL_DIR", env))
+def spool_dir(env: Mapping[str, str] | None = None) -> Path | None:
+    """The spool folder set by SERVESCOPE_SPOOL_DIR, or None: each store's own folder
+    (``store.db.Store.identity``)."""
+    value = get("SERVESCOPE_SPOOL_DIR", env)
+    return Path(value).expanduser() if value else None
+
+
+def data_home(env: Mapping[str, str] | None = None) -> Path:
+    """The user's data folder (XDG): ``$XDG_DATA_HOME`` or ``~/.local/share``."""
+    source = os.environ if env is None else env
+    xdg = source.get("XDG_DATA_HOME", "")
+    if xdg:
+        return Path(xdg).expanduser()
+    home = source.get("HOME", "")
+    return (Path(home) if home else Path.home()) / ".local" / "share"
 
 
 def lock_timeout_s(env: Mapping[str, str] | None = None) -> float:

@@ -9,12 +9,16 @@ file, the open is retried with jittered exponential backoff up to a deadline, th
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
+import os
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +55,73 @@ def mask_url(url: str) -> str:
         return url
 
 
+_DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306, "mariadb": 3306, "mssql": 1433}
+
+
+def store_location(url: str) -> str:
+    """What names the store's place, whatever URL reaches it, without credentials.
+
+    A file store (DuckDB, SQLite): its dialect and resolved absolute path, so ``duckdb:///x.duckdb``
+    from its folder and ``duckdb:////abs/x.duckdb`` agree. A server: dialect, host, port and
+    database (no user, password or query). Host aliases of one server (localhost, 127.0.0.1,
+    a DNS name) still differ: the store id kept in the store (``Store.store_id``) settles those.
+    """
+    try:
+        parsed = sa.engine.make_url(url)
+    except sa.exc.ArgumentError:
+        return url
+    backend = parsed.get_backend_name()
+    if backend in ("duckdb", "sqlite"):
+        database = parsed.database or ":memory:"
+        if database == ":memory:" or not database:
+            return f"{backend}:///:memory:"
+        return f"{backend}:///{os.path.realpath(os.path.expanduser(database))}"
+    host = (parsed.host or "localhost").lower()
+    port = parsed.port or _DEFAULT_PORTS.get(backend)
+    return f"{backend}://{host}{f':{port}' if port else ''}/{parsed.database or ''}"
+
+
+@dataclass(frozen=True)
+class StoreIdentity:
+    """Which store a spooled batch belongs to, and where this store's spool folder is.
+
+    ``store_id`` is the random id migration 4 keeps in the store (``store_meta``): the same for
+    every URL or path that reaches it. ``location`` (``store_location``) is the fallback when an
+    id could not be read. ``spool_dir``: SERVESCOPE_SPOOL_DIR when set; else beside the store —
+    ``<file>.spool/`` next to a DuckDB/SQLite file, and for a server
+    ``<data home>/servescope/spool/<dialect>-<host>-<database>-<hash of location>/``.
+    """
+
+    store_id: str | None
+    location: str
+    url: str
+    spool_dir: Path
+
+    def owns(self, store_id: str | None, location: str | None) -> bool:
+        """True when a batch recorded with this id/location belongs to this store."""
+        if store_id and self.store_id:
+            return store_id == self.store_id
+        return location == self.location
+
+
+def default_spool_dir(location: str, env: Mapping[str, str] | None = None) -> Path:
+    """The spool folder of the store at ``location`` (see ``StoreIdentity``)."""
+    override = settings.spool_dir(env)
+    if override is not None:
+        return override
+    scheme, _, rest = location.partition(":///")
+    if scheme in ("duckdb", "sqlite") and rest and rest != ":memory:":
+        path = Path(rest)
+        return path.parent / f"{path.name}.spool"
+    digest = hashlib.sha256(location.encode()).hexdigest()[:12]
+    readable = re.sub(r"[^A-Za-z0-9.]+", "-", location.split("://", 1)[-1]).strip("-")[:60]
+    name = f"{location.split(':', 1)[0]}-{readable}-{digest}"
+    return settings.data_home(env) / "servescope" / "spool" / name
+
+
+_store_ids: dict[str, str] = {}
+
+
 class Store:
     """A handle on the store: an engine plus the settings to use it well. Holds no connection."""
 
@@ -67,6 +138,7 @@ class Store:
         self._open_close_lock = _open_close_lock(engine)
         self._sleep = sleep
         self._clock = clock
+        self._store_id: str | None = None
 
     # --- construction -------------------------------------------------------------------
 
@@ -104,6 +176,7 @@ class Store:
 
             migrations.migrate(self)
             catalog.seed(self)
+            self._read_store_id()
             if ":memory:" not in key:
                 _initialised.add(key)
 
@@ -116,6 +189,47 @@ class Store:
     @property
     def dialect(self) -> str:
         return self.engine.dialect.name
+
+    @property
+    def location(self) -> str:
+        """Where the store is, the same for every URL form reaching it (``store_location``)."""
+        return store_location(self.engine.url.render_as_string(hide_password=False))
+
+    def _read_store_id(self) -> str | None:
+        from store import schema
+
+        with self.connect() as conn:
+            if not sa.inspect(conn).has_table("store_meta"):
+                return None
+            value = conn.execute(
+                sa.select(schema.store_meta.c.value).where(schema.store_meta.c.key == "store_id")
+            ).scalar()
+        if value:
+            self._store_id = str(value)
+            if ":memory:" not in self.location:  # in-memory stores are distinct per engine
+                _store_ids[self.location] = self._store_id
+        return self._store_id
+
+    @property
+    def store_id(self) -> str | None:
+        """The id kept in the store (read once per process and location; None when the store
+        has none yet or cannot be read now, e.g. locked)."""
+        if self._store_id is None and ":memory:" not in self.location:
+            self._store_id = _store_ids.get(self.location)
+        if self._store_id is None:
+            with contextlib.suppress(StoreError):
+                self._read_store_id()
+        return self._store_id
+
+    def identity(self, env: Mapping[str, str] | None = None) -> StoreIdentity:
+        """This store's identity and spool folder (for ``store.ingest``'s spool)."""
+        location = self.location
+        return StoreIdentity(
+            store_id=self.store_id,
+            location=location,
+            url=self.url,
+            spool_dir=default_spool_dir(location, env),
+        )
 
     # --- connections ----------------------------------------------------------------------
 

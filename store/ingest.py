@@ -5,18 +5,21 @@ PostgreSQL COPYs into a temporary table and inserts from it. Rows already stored
 are skipped, so replaying a spooled batch or re-importing a file changes nothing.
 
 Collectors write through ``BufferedWriter``: rows are buffered and flushed in one transaction
-every ~2 s; when the store stays locked past the deadline the batch goes to the spool folder
-(one append-only JSON file per batch) and is ingested on the next successful flush, or by
-``servescope db ingest-spool``. Nothing is dropped.
+every ~2 s; when the store stays locked past the deadline the batch goes to the store's spool
+folder (one JSON file per batch, recording which store it belongs to; beside the store by
+default, see ``store.db.StoreIdentity``) and is ingested by that store only: on its next
+successful flush, or by ``servescope db ingest-spool``. Nothing is dropped.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import math
 import os
+import socket
 import threading
 import time
 import uuid
@@ -29,12 +32,11 @@ import pandas as pd
 import pyarrow as pa
 import sqlalchemy as sa
 
-import settings
 from errors import InputError, StoreError, StoreLockedError
 from store import rollups, schema
 
 if TYPE_CHECKING:
-    from store.db import Store
+    from store.db import Store, StoreIdentity
 
 log = logging.getLogger("servescope.ingest")
 
@@ -293,15 +295,29 @@ def add_token_gaps(store: Store, rows: Rows) -> int:
 
 Batch = Mapping[str, list[dict[str, Any]] | pd.DataFrame]
 
+#: Run statuses a run ends with; a replayed spooled copy saying "running" never replaces one.
+FINAL_STATUSES = frozenset({"completed", "interrupted", "failed"})
 
-def _write_batch(store: Store, batch: Batch) -> None:
+
+def _write_batch(store: Store, batch: Batch, *, replay: bool = False) -> None:
+    """Write one batch in one transaction. ``replay``: the batch comes from the spool, so it may
+    be older than what is stored: its "running" run rows do not replace an ended run's."""
     with store.connect() as conn:
         runs = batch.get("runs", [])
         for run in _records(runs):
+            if replay and run.get("status") == "running" and _ended(conn, str(run["run_id"])):
+                continue
             _upsert_run(conn, run)
         for table, rows in batch.items():
             if table != "runs" and len(rows):
                 _bulk_insert(conn, BULK_TABLES[table], rows)
+
+
+def _ended(conn: sa.Connection, run_id: str) -> bool:
+    status = conn.execute(
+        sa.select(schema.runs.c.status).where(schema.runs.c.run_id == run_id)
+    ).scalar()
+    return status in FINAL_STATUSES
 
 
 def _jsonable(value: Any) -> Any:
@@ -317,14 +333,35 @@ def _records(rows: list[dict[str, Any]] | pd.DataFrame) -> list[dict[str, Any]]:
     return rows
 
 
-def spool_batch(batch: Batch, spool_dir: Path) -> Path:
-    """Write a batch to its own spool file (written to a temp name, then renamed)."""
+# A spool file (format 2) is one JSON object:
+#   {"format": 2, "store": {"id": …, "location": …, "url": …}, "written_at": …, "host": …,
+#    "pid": …, "tables": {"runs": [...], "requests": [...], …}}
+# "store" says which store the batch belongs to (``StoreIdentity.owns``); only that store
+# ingests it. Format 1 (before): the tables at the top level, no store recorded.
+SPOOL_FORMAT = 2
+
+
+def spool_batch(batch: Batch, spool_dir: Path, identity: StoreIdentity | None = None) -> Path:
+    """Write a batch to its own spool file (written to a temp name, fsynced, then renamed).
+
+    ``identity`` (``Store.identity()``) is recorded so that only that store ingests it.
+    """
     spool_dir.mkdir(parents=True, exist_ok=True)
     name = f"{time.time():.6f}-{os.getpid()}-{uuid.uuid4().hex[:8]}.json"
     tmp = spool_dir / (name + ".part")
-    payload = {
+    tables = {
         t: [{k: _jsonable(v) for k, v in r.items()} for r in _records(rows)]
         for t, rows in batch.items()
+    }
+    payload: dict[str, Any] = {
+        "format": SPOOL_FORMAT,
+        "store": None
+        if identity is None
+        else {"id": identity.store_id, "location": identity.location, "url": identity.url},
+        "written_at": time.time(),
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "tables": tables,
     }
     with open(tmp, "w", encoding="utf-8") as fh:
         json.dump(payload, fh, default=str)
@@ -335,29 +372,120 @@ def spool_batch(batch: Batch, spool_dir: Path) -> Path:
     return final
 
 
-def ingest_spool(store: Store, spool_dir: Path | None = None) -> int:
-    """Ingest every spooled batch (oldest first), deleting each once stored; returns rows stored.
+@dataclass(frozen=True)
+class SpoolFile:
+    """A spooled batch read back: its store (None: an old-format file) and its tables."""
 
-    A batch the store refuses for a reason other than a lock (bad data) is renamed
-    ``*.rejected`` and kept for inspection, so it cannot block the batches after it.
+    path: Path
+    store_id: str | None
+    location: str | None
+    url: str | None
+    tables: dict[str, list[dict[str, Any]]]
+    legacy: bool
+
+    @property
+    def rows(self) -> int:
+        return sum(len(rows) for rows in self.tables.values())
+
+
+def read_spool_file(path: Path) -> SpoolFile:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if isinstance(data, dict) and data.get("format") == SPOOL_FORMAT:
+        store = data.get("store") or {}
+        return SpoolFile(
+            path, store.get("id"), store.get("location"), store.get("url"), data["tables"], False
+        )
+    return SpoolFile(path, None, None, None, data, True)  # format 1: tables only
+
+
+@dataclass
+class SpoolReport:
+    """What ``ingest_spool`` did in one folder, and what it left there for others."""
+
+    folder: Path
+    rows: int = 0
+    batches: int = 0
+    rejected: int = 0
+    #: batches of other stores left untouched: store (its URL, without password) → count
+    others: dict[str, int] = dataclasses.field(default_factory=dict)
+    #: old-format batches (no store recorded) left untouched (see ``legacy=True``)
+    legacy: int = 0
+
+    def add(self, other: SpoolReport) -> None:
+        self.rows += other.rows
+        self.batches += other.batches
+        self.rejected += other.rejected
+        self.legacy += other.legacy
+        for key, n in other.others.items():
+            self.others[key] = self.others.get(key, 0) + n
+
+
+#: (store, spool file) → the other store the file belongs to (files never change once in place)
+_foreign: dict[tuple[str, str], str] = {}
+_foreign_lock = threading.Lock()
+
+
+def ingest_spool(
+    store: Store, spool_dir: Path | None = None, *, legacy: bool = False
+) -> SpoolReport:
+    """Ingest this store's spooled batches (oldest first), deleting each once stored.
+
+    Batches recorded for another store are left untouched and counted in ``others``;
+    old-format batches (which do not say their store) are left and counted in ``legacy``
+    unless ``legacy=True`` (the user named the store they belong to). A batch the store refuses
+    for a reason other than a lock (bad data) is renamed ``*.rejected`` and kept for inspection,
+    so it cannot block the batches after it. ``StoreLockedError`` propagates (nothing lost).
     """
-    folder = spool_dir or settings.spool_dir()
+    identity = store.identity()
+    folder = spool_dir or identity.spool_dir
+    report = SpoolReport(folder)
     if not folder.is_dir():
-        return 0
-    total = 0
+        return report
+    me = identity.store_id or identity.location
     for path in sorted(folder.glob("*.json")):
-        batch = json.loads(path.read_text(encoding="utf-8"))
+        key = (me, str(path))
+        with _foreign_lock:
+            owner = _foreign.get(key)
+        if owner is not None:
+            if path.exists():
+                report.others[owner] = report.others.get(owner, 0) + 1
+            continue
         try:
-            _write_batch(store, batch)
+            spooled = read_spool_file(path)
+        except FileNotFoundError:  # another process ingested it meanwhile
+            continue
+        except (ValueError, KeyError, TypeError) as exc:
+            _reject(path, f"unreadable: {exc}")
+            report.rejected += 1
+            continue
+        if spooled.legacy and not legacy:
+            report.legacy += 1
+            continue
+        if not spooled.legacy and not identity.owns(spooled.store_id, spooled.location):
+            owner = spooled.url or spooled.location or "an unknown store"
+            with _foreign_lock:
+                _foreign[key] = owner
+            report.others[owner] = report.others.get(owner, 0) + 1
+            continue
+        try:
+            _write_batch(store, spooled.tables, replay=True)
         except StoreLockedError:
             raise
         except (StoreError, InputError) as exc:
-            path.rename(path.with_suffix(".rejected"))
-            log.error("spooled batch %s rejected by the store: %s", path.name, exc)
+            _reject(path, str(exc))
+            report.rejected += 1
             continue
-        total += sum(len(rows) for rows in batch.values())
-        path.unlink()
-    return total
+        report.rows += spooled.rows
+        report.batches += 1
+        with contextlib.suppress(FileNotFoundError):  # another process took it too (idempotent)
+            path.unlink()
+    return report
+
+
+def _reject(path: Path, why: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        path.rename(path.with_suffix(".rejected"))
+    log.error("spooled batch %s rejected by the store: %s", path.name, why)
 
 
 def _merge(parts: list[dict[str, Any] | pd.DataFrame]) -> list[dict[str, Any]] | pd.DataFrame:
@@ -376,6 +504,12 @@ class BufferedWriter:
 
     Thread-safe. With ``background=True`` a daemon thread flushes on the interval; otherwise
     ``add`` flushes when the interval has passed. ``close()`` flushes what is left.
+
+    A flush first ingests this store's spooled batches (older than the buffer), then writes the
+    buffer; when the store stays locked the buffer is spooled instead — into the store's own
+    spool folder (``Store.identity``), recording the store. A flush interrupted by anything
+    (an error, KeyboardInterrupt) spools its batch before the exception goes on: rows are
+    stored or spooled, never dropped. ``spooled()`` says what this writer left in the spool.
     """
 
     def __init__(
@@ -388,7 +522,8 @@ class BufferedWriter:
     ) -> None:
         self.store = store
         self.flush_interval_s = flush_interval_s
-        self.spool_dir = spool_dir or settings.spool_dir()
+        self.identity = store.identity()
+        self.spool_dir = spool_dir or self.identity.spool_dir
         self._buffer: dict[str, list[dict[str, Any] | pd.DataFrame]] = {}
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
@@ -396,6 +531,8 @@ class BufferedWriter:
         self._stop = threading.Event()
         self.rows_written = 0
         self.batches_spooled = 0
+        self.rows_spooled = 0
+        self._spooled: dict[Path, int] = {}
         self._thread: threading.Thread | None = None
         if background:
             self._thread = threading.Thread(
@@ -421,6 +558,13 @@ class BufferedWriter:
     def add_run(self, run: Mapping[str, Any]) -> None:
         self.add("runs", [run])
 
+    def _spool(self, batch: Batch, count: int) -> Path:
+        path = spool_batch(batch, self.spool_dir, self.identity)
+        self.batches_spooled += 1
+        self.rows_spooled += count
+        self._spooled[path] = count
+        return path
+
     def flush(self) -> int:
         """Write what is buffered; on a prolonged lock spool it instead. Returns rows handled."""
         with self._flush_lock:
@@ -432,21 +576,25 @@ class BufferedWriter:
             if not count:
                 return 0
             try:
+                # the spool first: its batches are older (a spooled "running" run row must
+                # not land after the buffer's final one)
+                self.rows_written += ingest_spool(self.store, self.spool_dir).rows
                 _write_batch(self.store, batch)
             except StoreLockedError:
-                path = spool_batch(batch, self.spool_dir)
-                self.batches_spooled += 1
+                path = self._spool(batch, count)
                 log.warning("store locked: %d rows spooled to %s", count, path)
                 return count
-            except Exception:
-                # not a lock: keep the rows (spooled) and let the caller see the error
-                spool_batch(batch, self.spool_dir)
-                self.batches_spooled += 1
+            except BaseException:
+                # not a lock (or interrupted): keep the rows (spooled), let the caller see it
+                self._spool(batch, count)
                 raise
             self.rows_written += count
-            with contextlib.suppress(StoreLockedError):
-                self.rows_written += ingest_spool(self.store, self.spool_dir)
             return count
+
+    def spooled(self) -> tuple[int, int]:
+        """(batches, rows) this writer spooled that are still in the spool (not yet ingested)."""
+        left = {p: n for p, n in self._spooled.items() if p.exists()}
+        return len(left), sum(left.values())
 
     def _loop(self) -> None:
         while not self._stop.wait(self.flush_interval_s):

@@ -8,6 +8,7 @@ tables of ``store.schema`` as they were when it was written.
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -68,10 +69,20 @@ def _run_rollups(conn: sa.Connection) -> None:
     schema.run_rollups.create(conn, checkfirst=True)
 
 
+def _store_id(conn: sa.Connection) -> None:
+    schema.store_meta.create(conn, checkfirst=True)
+    stored = conn.execute(
+        sa.select(schema.store_meta.c.value).where(schema.store_meta.c.key == "store_id")
+    ).scalar()
+    if stored is None:
+        conn.execute(sa.insert(schema.store_meta).values(key="store_id", value=uuid.uuid4().hex))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     (1, "initial schema", _initial),
     (2, "gpu_samples.mem_reserved_bytes (NVML / DCGM reserved memory)", _gpu_reserved_memory),
     (3, "runs.data_version and run_rollups (stored per-run summaries)", _run_rollups),
+    (4, "store_meta.store_id (the store's identity, recorded in spooled batches)", _store_id),
 )
 
 

@@ -21,6 +21,15 @@ schema_version = sa.Table(
     sa.Column("applied_at", DOUBLE, nullable=False),
 )
 
+#: Facts about the store itself (key → value): ``store_id``, a random id given by migration 4,
+#: names this store whatever URL or path reaches it (spooled batches record it, store.ingest).
+store_meta = sa.Table(
+    "store_meta",
+    metadata,
+    sa.Column("key", sa.Text, primary_key=True),
+    sa.Column("value", sa.Text, nullable=False),
+)
+
 runs = sa.Table(
     "runs",
     metadata,
