@@ -45,10 +45,12 @@ SSE_TYPE = "text/event-stream"
 
 _AUTH_RE = re.compile(r"\b(Bearer|Basic|Token)(\s+|%20)[^\s\"',;&]+", re.IGNORECASE)
 _PARAM_RE = re.compile(
-    r"\b((?:api[_-]?key|access[_-]?token|token|key|password|secret|sig|signature)"
-    r"[\"']?\s*[=:]\s*[\"']?)([^\s\"'&,;}]+)",
+    r"\b((?:x-)?(?:api[_-]?key|access[_-]?token|auth[_-]?token|client[_-]?secret|password"
+    r"|passwd|secret)[\"']?\s*[=:]\s*[\"']?)([^\s\"'&,;}]+)",
     re.IGNORECASE,
 )
+# query-string credentials with generic names (?key=…, &token=…, &sig=…)
+_QUERY_RE = re.compile(r"([?&](?:key|token|sig|signature|code)=)([^\s\"'&#]+)", re.IGNORECASE)
 _USERINFO_RE = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s@]+@")
 MASK = "***"
 
@@ -61,6 +63,7 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
             text = text.replace(secret, MASK)
     text = _AUTH_RE.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", text)
     text = _PARAM_RE.sub(lambda m: m.group(1) + MASK, text)
+    text = _QUERY_RE.sub(lambda m: m.group(1) + MASK, text)
     return _USERINFO_RE.sub(lambda m: m.group(1) + MASK + "@", text)
 
 

@@ -123,9 +123,11 @@ class StreamAccumulator:
         "_error_raw",
         "_finish_raw",
         "_malformed_raw",
+        "_plen",
         "_prefix",
         "_quotes",
         "_shortest",
+        "_slen",
         "_suffix",
         "_suffix_nn",
         "_texts",
@@ -165,6 +167,8 @@ class StreamAccumulator:
         self._suffix_nn = b""
         self._shortest = 0
         self._quotes = 0  # quotes in data: + prefix + suffix (an exact match holds no others)
+        self._plen = 0  # len(prefix)
+        self._slen = 0  # len(suffix) + 2: from the content string's closing quote to the end
 
     # --- the hot path -------------------------------------------------------------------
 
@@ -176,25 +180,24 @@ class StreamAccumulator:
             and data.endswith(self._suffix_nn)
             and data.startswith(self._prefix)
             and len(data) > self._shortest
-            and data.find(b"\n", len(self._prefix)) == len(data) - 2
-            and (
-                # the content string's first quote is its closing one (the suffix starts with
-                # it), or every quote inside is escaped
-                data.find(b'"', len(self._prefix)) == len(data) - len(self._suffix_nn)
-                or _string_closed(data, len(self._prefix), len(data) - len(self._suffix_nn))
-            )
         ):
-            # the commonest read: exactly one plain content event (a JSON string holds no
-            # raw newline, so the first newline after the prefix ends this one event)
-            self.events += 1
-            last = self.last_t
-            if last is None:
-                self.first_t = t
-            else:
-                self.gaps_ms.append((t - last) * 1000.0)
-            self.last_t = t
-            self.chunks += 1
-            return
+            # the commonest read: exactly one plain content event, when the content string
+            # between the learned prefix and suffix holds no raw newline (a JSON string has
+            # none, so no second event hides in it) and no unescaped quote
+            p = self._plen
+            q = len(data) - self._slen
+            if data.find(b"\n", p, q) < 0 and (
+                data.find(b'"', p, q) < 0 or _string_closed(data, p, q)
+            ):
+                self.events += 1
+                last = self.last_t
+                if last is None:
+                    self.first_t = t
+                else:
+                    self.gaps_ms.append((t - last) * 1000.0)
+                self.last_t = t
+                self.chunks += 1
+                return
         buf = self._buf + data if self._buf else data
         tail = b""
         if b"\r" in buf:
@@ -289,6 +292,8 @@ class StreamAccumulator:
                             self._suffix_nn = suffix + b"\n\n"
                             self._shortest = len(prefix) + len(suffix) + 2
                             self._quotes = prefix.count(b'"') + suffix.count(b'"')
+                            self._plen = len(prefix)
+                            self._slen = len(suffix) + 2
                     return
                 j = q + 1
             return

@@ -148,3 +148,18 @@ def test_multi_turn_carries_the_history() -> None:
     assert len({r["conversation_id"] for r in rows}) == 2
     inputs = [int(r["input_tokens"]) for r in rows[:3]]  # type: ignore[arg-type]
     assert inputs[0] < inputs[1] < inputs[2]  # each turn resends the growing history
+
+
+def test_url_credentials_go_in_a_header_and_never_into_rows() -> None:
+    """``http://user:pass@host/v1?q``: the password is sent as a Basic header (never in a URL),
+    the query string is kept on every request, and a server echoing the headers back cannot
+    get the password into a row."""
+    with MockServer(script="echo,echo-event:1") as url:
+        endpoint = url.replace("http://", "http://tester:pw-FAKE-9e1c@") + "/v1?tenant=7"
+        rows, _, _ = drive(endpoint, requests=2, prewarm=False, warmup=0)
+    rows.sort(key=lambda r: int(r["seq"]))  # type: ignore[arg-type]
+    assert [(r["status"], r["http_status"]) for r in rows] == [("error", 401), ("error", 200)]
+    for row in rows:
+        error = str(row["error"])
+        assert "authorization: Basic ***" in error
+        assert "pw-FAKE-9e1c" not in error and "dGVzdGVy" not in error  # base64 of "tester"

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from collectors.loadgen.client import error_text, redact
 from collectors.loadgen.http1 import ChunkedDecoder, ProtocolViolation, parse_head, request_head
 from collectors.loadgen.sse import StreamAccumulator, has_content
 
@@ -253,6 +254,26 @@ def test_a_non_streamed_completion_keeps_its_usage_and_is_a_problem() -> None:
     assert acc.usage() == (7, 2, None) and acc.finish_reason() == "length"
     assert acc.first_t is None and acc.chunks == 0
     assert acc.problem() is not None and "ignored" in acc.problem()  # type: ignore[operator]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("HTTP 401: bad key sk-FAKE-1 given", "HTTP 401: bad key *** given"),
+        ("you sent authorization: Bearer abc.def-1; host: x", "authorization: Bearer ***; host"),
+        ('{"api_key": "zzz", "max_tokens": 4}', '{"api_key": "***", "max_tokens": 4}'),
+        ("GET http://u:pw@h/v1?key=abc&x=1", "GET http://***@h/v1?key=***&x=1"),
+        ("authorization: Basic dGVzdGVyOnB3", "authorization: Basic ***"),
+        ("missing key: model; 5000 tokens", "missing key: model; 5000 tokens"),
+    ],
+)
+def test_redact_masks_credentials_and_keeps_the_rest(text: str, expected: str) -> None:
+    assert expected in redact(text, ["sk-FAKE-1"])
+
+
+def test_error_text_redacts_before_it_cuts() -> None:
+    body = json.dumps({"error": {"message": "x" * 290 + " key sk-FAKE-LONG-123456789"}})
+    assert "sk-FAKE" not in error_text(401, body.encode(), ["sk-FAKE-LONG-123456789"])
 
 
 # --- HTTP/1.1 pieces -------------------------------------------------------------------------
