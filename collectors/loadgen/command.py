@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from collectors.loadgen.arrivals import ARRIVALS
-from collectors.loadgen.config import APIS, BenchConfig, normalise_engine_params, parse_list
+from collectors.loadgen.config import (
+    APIS,
+    LIST_FORMS,
+    MAX_CONCURRENCY,
+    BenchConfig,
+    normalise_engine_params,
+    parse_list,
+)
 from errors import InputError
 
 EPILOG = """\
@@ -17,7 +26,33 @@ examples:
   servescope bench --endpoint http://127.0.0.1:8000/v1 --workload short-in-short-out \\
       --rate 2,4,8 --arrival gamma --burstiness 0.5 --duration 60 --warmup 20
 One run is stored per load level. Ctrl-C stops cleanly and keeps what completed (exit 130).
+List flags take values comma- or space-separated, or repeated: --concurrency 1,8 32 is
+--concurrency 1 --concurrency 8 --concurrency 32.
 """
+
+
+def whole_number(minimum: int) -> Callable[[str], int]:
+    """An argparse ``type``: a whole number ≥ ``minimum``, with a message that says so."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            try:
+                float(text)
+            except ValueError:
+                raise argparse.ArgumentTypeError(
+                    f"{text!r} is not a number: give a whole number ≥ {minimum}"
+                ) from None
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a whole number: give a whole number ≥ {minimum}"
+            ) from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{text!r}: give a whole number ≥ {minimum}")
+        return value
+
+    parse.__name__ = "whole number"  # argparse names the type in some messages
+    return parse
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -44,9 +79,20 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     load = p.add_mutually_exclusive_group(required=True)
     load.add_argument(
-        "--concurrency", metavar="1,8,32", help="closed loop: streams in flight, per level"
+        "--concurrency",
+        action="extend",
+        nargs="+",
+        metavar="1,8,32",
+        help="closed loop: streams in flight, one run per value (" + LIST_FORMS + "); at most "
+        f"{MAX_CONCURRENCY:,}, and capped at --requests N (more streams would never send)",
     )
-    load.add_argument("--rate", metavar="2,4,8", help="open loop: requests/s, per level")
+    load.add_argument(
+        "--rate",
+        action="extend",
+        nargs="+",
+        metavar="2,4,8",
+        help="open loop: requests/s, one run per value (" + LIST_FORMS + ")",
+    )
     p.add_argument(
         "--arrival",
         choices=ARRIVALS,
@@ -57,14 +103,18 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "--burstiness", type=float, metavar="B", help="gamma shape (vLLM semantics; 1 = Poisson)"
     )
     stop = p.add_mutually_exclusive_group(required=True)
-    stop.add_argument("--requests", type=int, metavar="N", help="requests per level")
+    stop.add_argument("--requests", type=whole_number(1), metavar="N", help="requests per level")
     stop.add_argument("--duration", type=float, metavar="S", help="seconds per level")
     p.add_argument(
-        "--warmup", type=int, default=0, metavar="N", help="unrecorded requests before each level"
+        "--warmup",
+        type=whole_number(0),
+        default=0,
+        metavar="N",
+        help="unrecorded requests before each level",
     )
     p.add_argument(
         "--max-tokens",
-        type=int,
+        type=whole_number(1),
         metavar="N",
         help="output length of every request (overrides the workload)",
     )
@@ -81,15 +131,23 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     p.add_argument(
         "--engine-param",
-        action="append",
+        action="extend",
+        nargs="+",
         default=[],
         metavar="KEY=VALUE",
-        help="engine setting to record (repeatable)",
+        help="engine settings to record (space-separated or repeated); a value starting with "
+        "'-' needs the = form: --engine-param=--max-num-seqs=64",
     )
     p.add_argument("--name", metavar="TEXT", help="run name (the level is appended)")
-    p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of prompts and arrivals")
     p.add_argument(
-        "--workers", type=int, default=1, metavar="N", help="measuring processes sharing the load"
+        "--seed", type=whole_number(0), default=0, metavar="S", help="seed of prompts and arrivals"
+    )
+    p.add_argument(
+        "--workers",
+        type=whole_number(1),
+        default=1,
+        metavar="N",
+        help="measuring processes sharing the load",
     )
     p.add_argument("--api-key-env", metavar="NAME", help="environment variable holding the API key")
     p.add_argument(
@@ -108,10 +166,11 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     p.add_argument(
         "--dcgm",
-        action="append",
+        action="extend",
+        nargs="+",
         default=[],
         metavar="URL",
-        help="DCGM exporter /metrics scraped during each run (repeatable)",
+        help="DCGM exporter /metrics scraped during each run (space-separated or repeated)",
     )
     gpu = p.add_mutually_exclusive_group()
     gpu.add_argument(
@@ -139,7 +198,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         raise InputError("--arrival applies to --rate runs, not to --concurrency")
     if args.burstiness is not None and args.concurrency:
         raise InputError("--burstiness applies to --rate runs with --arrival gamma")
-    return BenchConfig(
+    config = BenchConfig(
         endpoint=args.endpoint,
         api=args.api,
         model=args.model,
@@ -169,6 +228,11 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         gpu=args.gpu,
         collect_interval_s=args.collect_interval,
     ).validated()
+    capped = config.capped_lines()
+    for line in capped:
+        print(f"servescope bench: {line}", file=sys.stderr)
+    # the command line has no --notes: the stored runs say it (client_params: capped_note)
+    return replace(config, notes="; ".join(capped)) if capped else config
 
 
 def run(args: argparse.Namespace) -> int:

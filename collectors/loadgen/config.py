@@ -91,27 +91,59 @@ def normalise_engine_params(items: Sequence[str] | Mapping[str, Any]) -> dict[st
     return out
 
 
-def parse_list(text: str, *, flag: str, kind: type[int] | type[float]) -> tuple[Any, ...]:
-    """``"1,8,32"`` → (1, 8, 32); the error names the flag and the expected form."""
+#: The most streams (requests in flight) one ``servescope bench`` level may hold. Each stream
+#: costs the measuring process a socket and a task; far beyond this one process cannot keep
+#: its timestamps honest anyway. For more load, run several bench processes (ARCHITECTURE §10).
+MAX_CONCURRENCY = 10_000
+
+#: What --concurrency / --rate accept (the help and the error messages say the same).
+LIST_FORMS = "comma- or space-separated, or the flag repeated"
+
+
+def parse_list(
+    text: str | Sequence[str], *, flag: str, kind: type[int] | type[float]
+) -> tuple[Any, ...]:
+    """``"1,8,32"``, ``["1", "8,32"]`` (space-separated or repeated flags) → (1, 8, 32).
+
+    Every item must be a value: an empty one (``1,,2``, a trailing comma) is an error, as is a
+    value given twice (each value is one level, one stored run). Errors name the flag, the item
+    and what is accepted.
+    """
+    texts = [text] if isinstance(text, str) else list(text)
+    whole = kind is int
+    example = "1,8,32" if whole else "2,4,8"
+    what = "whole numbers ≥ 1" if whole else "numbers > 0"
+    hint = f"give {what}, {LIST_FORMS}: e.g. {flag} {example}"
+    given = " ".join(texts)
     values: list[Any] = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        try:
-            v = kind(part)
-        except ValueError:
-            what = "whole numbers" if kind is int else "numbers"
-            raise InputError(
-                f"{flag} {text!r}: {part!r} is not a number",
-                hint=f"give {what} separated by commas, e.g. {flag} "
-                + ("1,8,32" if kind is int else "2,4,8"),
-            ) from None
-        if not v > 0 or (isinstance(v, float) and not math.isfinite(v)):
-            raise InputError(f"{flag} {text!r}: every value must be > 0, got {part!r}")
-        values.append(v)
+    for chunk in texts:
+        parts = chunk.split(",")
+        for i, raw in enumerate(parts, 1):
+            part = raw.strip()
+            if not part:
+                where = f"item {i} of {chunk!r}" if len(parts) > 1 else "a value"
+                raise InputError(f"{flag} {given!r}: {where} is empty", hint=hint)
+            try:
+                v = kind(part)
+            except ValueError:
+                if whole:
+                    try:
+                        float(part)
+                        reason = "is not a whole number"
+                    except ValueError:
+                        reason = "is not a number"
+                else:
+                    reason = "is not a number"
+                raise InputError(f"{flag} {given!r}: {part!r} {reason}", hint=hint) from None
+            if not v > 0 or (isinstance(v, float) and not math.isfinite(v)):
+                raise InputError(f"{flag} {given!r}: every value must be > 0, got {part!r}")
+            if v in values:
+                raise InputError(
+                    f"{flag} {given!r}: {part} is given twice (each value is one run)", hint=hint
+                )
+            values.append(v)
     if not values:
-        raise InputError(f"{flag} needs at least one value, e.g. {flag} 1,8,32")
+        raise InputError(f"{flag} needs at least one value", hint=hint)
     return tuple(values)
 
 
@@ -177,6 +209,8 @@ class BenchConfig:
     in_process: bool = False  # measure in this process (tests, injected transports)
     transport: str = "lean"
     flush_interval_s: float = 2.0
+    # set by validated(): a level whose streams were capped at --requests → the values asked
+    concurrency_requested: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
 
     def validated(self) -> BenchConfig:
         if not self.endpoint or not re.match(r"^https?://[^/]+", self.endpoint.strip()):
@@ -198,10 +232,6 @@ class BenchConfig:
                 "give exactly one of --concurrency 1,8,32 (closed loop) or --rate 2,4,8 "
                 "(requests/s, open loop)"
             )
-        if self.concurrency and any(int(c) != c or c < 1 for c in self.concurrency):
-            raise InputError(
-                f"--concurrency values must be whole numbers ≥ 1, got {self.concurrency}"
-            )
         if self.rate and any(not (r > 0 and math.isfinite(r)) for r in self.rate):
             raise InputError(f"--rate values must be > 0 requests/s, got {self.rate}")
         if self.arrival not in ARRIVALS:
@@ -222,6 +252,7 @@ class BenchConfig:
             raise InputError("give exactly one of --requests N or --duration S")
         if self.requests is not None and self.requests < 1:
             raise InputError(f"--requests must be ≥ 1, got {self.requests}")
+        concurrency, requested = self._capped_concurrency()
         if self.duration_s is not None and not self.duration_s > 0:
             raise InputError(f"--duration must be > 0 seconds, got {self.duration_s}")
         if self.warmup < 0:
@@ -242,7 +273,62 @@ class BenchConfig:
                 )
         if self.transport not in TRANSPORTS:
             raise InputError(f"transport {self.transport!r} unknown; choose one of: {TRANSPORTS}")
-        return replace(self, engine_params=normalise_engine_params(dict(self.engine_params)))
+        return replace(
+            self,
+            concurrency=concurrency,
+            concurrency_requested=requested,
+            engine_params=normalise_engine_params(dict(self.engine_params)),
+        )
+
+    def _capped_concurrency(self) -> tuple[tuple[int, ...], dict[int, tuple[int, ...]]]:
+        """The levels' stream counts, each at most ``requests`` (streams beyond the number of
+        requests would never send one) and then at most :data:`MAX_CONCURRENCY` (an error).
+
+        Levels that become equal merge into one; the second value maps a capped level to the
+        values asked for it (kept through repeated validation), for the run's client_params.
+        """
+        if any(isinstance(c, bool) or int(c) != c or c < 1 for c in self.concurrency):
+            raise InputError(
+                f"--concurrency values must be whole numbers ≥ 1, got {self.concurrency}"
+            )
+        asked_by_level: dict[int, set[int]] = {}
+        for c in (int(c) for c in self.concurrency):
+            level = min(c, self.requests) if self.requests is not None else c
+            if level > MAX_CONCURRENCY:
+                raise InputError(
+                    f"--concurrency {c:,} is above the maximum of {MAX_CONCURRENCY:,} streams "
+                    "per servescope bench",
+                    hint="for more load run several bench processes against the endpoint; "
+                    "with --requests N, streams beyond N are never used (capped at N)",
+                )
+            asked_by_level.setdefault(level, set()).update(self.concurrency_requested.get(c, (c,)))
+        return tuple(asked_by_level), {
+            level: tuple(sorted(asked))
+            for level, asked in asked_by_level.items()
+            if asked != {level}
+        }
+
+    def capped_note(self, level: LoadLevel) -> dict[str, Any] | None:
+        """For the run's client_params: how a level's streams were capped, or None."""
+        if level.kind != "concurrency":
+            return None
+        asked = self.concurrency_requested.get(int(level.value))
+        if not asked:
+            return None
+        return {
+            "requested": list(asked),
+            "streams": int(level.value),
+            "reason": f"--requests {self.requests}: streams beyond the number of requests "
+            "are never used",
+        }
+
+    def capped_lines(self) -> list[str]:
+        """One line per capped level, for the command line."""
+        return [
+            f"--concurrency {', '.join(f'{a:,}' for a in asked)} capped at {level} streams "
+            f"(--requests {self.requests}: more streams would never send a request)"
+            for level, asked in self.concurrency_requested.items()
+        ]
 
     def levels(self) -> list[LoadLevel]:
         if self.concurrency:

@@ -8,7 +8,13 @@ import pytest
 
 from collectors.loadgen.client import base_url, build_body, error_text
 from collectors.loadgen.command import config_from_args, register
-from collectors.loadgen.config import BenchConfig, normalise_engine_params, parse_list
+from collectors.loadgen.config import (
+    MAX_CONCURRENCY,
+    BenchConfig,
+    LoadLevel,
+    normalise_engine_params,
+    parse_list,
+)
 from collectors.loadgen.results import client_bound
 from collectors.loadgen.runner import public_endpoint
 from collectors.loadgen.workloads import TurnSpec
@@ -65,7 +71,6 @@ def test_cli_builds_a_config() -> None:
         ((*BASE, "--concurrency", "0", "--requests", "5"), "> 0"),
         ((*BASE, "--concurrency", "4", "--requests", "5", "--arrival", "gamma"), "--rate runs"),
         ((*BASE, "--rate", "4", "--requests", "5", "--burstiness", "2"), "--arrival gamma"),
-        ((*BASE, "--rate", "4", "--requests", "0"), "--requests must be ≥ 1"),
         (
             ("--endpoint", "ftp://x", "--workload", "mixed", "--rate", "1", "--requests", "1"),
             "http",
@@ -96,8 +101,18 @@ def test_config_validation_in_python() -> None:
         ).validated()
 
 
+def test_requests_below_one_is_refused_by_the_parser(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse(*BASE, "--rate", "4", "--requests", "0")
+    assert "argument --requests: '0': give a whole number ≥ 1" in capsys.readouterr().err
+    with pytest.raises(InputError, match="--requests must be ≥ 1"):
+        BenchConfig(endpoint="http://x:1", workload="w", rate=(1.0,), requests=0).validated()
+
+
 def test_parse_list_and_engine_params() -> None:
     assert parse_list("1, 8,32", flag="--concurrency", kind=int) == (1, 8, 32)
+    assert parse_list(["1", "8, 32"], flag="--concurrency", kind=int) == (1, 8, 32)
+    assert parse_list(["2.5", "4"], flag="--rate", kind=float) == (2.5, 4.0)
     assert normalise_engine_params(["--tensor-parallel-size=2", "Custom-Flag=abc"]) == {
         "tensor_parallel": 2,
         "custom_flag": "abc",
@@ -135,3 +150,61 @@ def test_client_bound_verdict() -> None:
     assert not client_bound(
         sched, sched, [1.0] * 101, open_loop=False, duration_s=10.0, loop_lag_p99_ms=2.0
     ).bound
+
+
+# --- streams: capped at --requests, at most MAX_CONCURRENCY (issue 10 item 6) -------------------
+
+
+def test_streams_beyond_the_requests_are_capped_and_said_so(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    cfg = config_from_args(parse(*BASE, "--concurrency", "99999999", "--requests", "5"))
+    assert cfg.concurrency == (5,)
+    assert [lv.label for lv in cfg.levels()] == ["c=5"]
+    assert cfg.capped_note(cfg.levels()[0]) == {
+        "requested": [99999999],
+        "streams": 5,
+        "reason": "--requests 5: streams beyond the number of requests are never used",
+    }
+    assert capsys.readouterr().err == (
+        "servescope bench: --concurrency 99,999,999 capped at 5 streams "
+        "(--requests 5: more streams would never send a request)\n"
+    )
+
+
+def test_capped_levels_merge_and_survive_revalidation() -> None:
+    cfg = BenchConfig(
+        endpoint="http://x:1", workload="mixed", concurrency=(1, 8, 16, 32), requests=10
+    ).validated()
+    assert cfg.concurrency == (1, 8, 10)  # 16 and 32 are both 10 streams: one run
+    assert cfg.concurrency_requested == {10: (16, 32)}
+    assert cfg.validated() == cfg
+    assert cfg.capped_note(LoadLevel("concurrency", 8.0)) is None
+    assert cfg.capped_note(LoadLevel("rate", 10.0)) is None
+    note = cfg.capped_note(LoadLevel("concurrency", 10.0))
+    assert note is not None and note["requested"] == [16, 32]
+    # with --duration nothing is capped
+    timed = BenchConfig(
+        endpoint="http://x:1", workload="mixed", concurrency=(64,), duration_s=5
+    ).validated()
+    assert timed.concurrency == (64,) and timed.concurrency_requested == {}
+
+
+def test_streams_above_the_maximum_are_refused_naming_it() -> None:
+    with pytest.raises(InputError) as info:
+        config_from_args(parse(*BASE, "--concurrency", "99999999", "--duration", "10"))
+    assert info.value.message == (
+        f"--concurrency 99,999,999 is above the maximum of {MAX_CONCURRENCY:,} streams per "
+        "servescope bench"
+    )
+    assert info.value.hint and "several bench processes" in info.value.hint
+    ok = config_from_args(parse(*BASE, "--concurrency", str(MAX_CONCURRENCY), "--duration", "1"))
+    assert ok.concurrency == (MAX_CONCURRENCY,)
+    # capped at --requests first: a cap below the maximum is fine, one above it is not
+    with pytest.raises(InputError, match="above the maximum"):
+        BenchConfig(
+            endpoint="http://x:1",
+            workload="mixed",
+            concurrency=(MAX_CONCURRENCY * 10,),
+            requests=MAX_CONCURRENCY + 1,
+        ).validated()
