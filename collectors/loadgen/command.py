@@ -25,7 +25,13 @@ examples:
       --concurrency 1,8,32 --requests 200
   servescope bench --endpoint http://127.0.0.1:8000/v1 --workload short-in-short-out \\
       --rate 2,4,8 --arrival gamma --burstiness 0.5 --duration 60 --warmup 20
-One run is stored per load level. Ctrl-C stops cleanly and keeps what completed (exit 130).
+One run is stored per load level. Ctrl-C, SIGTERM or SIGHUP stops cleanly, keeping what completed.
+exit codes: 0 every run completed · 2 bad input, endpoint or store unusable (nothing measured)
+  · 3 a run failed (no request succeeded, or more than --max-error-rate of them failed)
+  · 4 the store stayed locked: rows spooled (the message says where; run
+  `servescope db ingest-spool --db URL` once the store is free) · 130 Ctrl-C · 143 SIGTERM
+  · 129 SIGHUP.
+Run ids (saved or spooled) go to stdout, one per line, in every case.
 List flags take values comma- or space-separated, or repeated: --concurrency 1,8 32 is
 --concurrency 1 --concurrency 8 --concurrency 32.
 """
@@ -190,6 +196,14 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="seconds between live samples (default 1, down to 0.25)",
     )
     p.add_argument("--db", metavar="URL", help="store URL (default: SERVESCOPE_DB)")
+    p.add_argument(
+        "--max-error-rate",
+        type=error_rate,
+        default=1.0,
+        metavar="F",
+        help="a run whose share of failed requests (error or timeout) is above F (0..1) is "
+        "stored as failed and bench exits 3 (default 1: only a run where no request succeeded)",
+    )
     p.set_defaults(func=run)
 
 
@@ -235,24 +249,71 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
     return replace(config, notes="; ".join(capped)) if capped else config
 
 
+EXIT_RUN_FAILED = 3
+EXIT_SPOOLED = 4
+
+
+def error_rate(text: str) -> float:
+    """An argparse ``type``: a fraction 0..1 (``--max-error-rate``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= 1.0:  # also NaN
+        raise argparse.ArgumentTypeError(f"{text!r} is not a fraction between 0 and 1")
+    return value
+
+
 def run(args: argparse.Namespace) -> int:
-    """Run the benchmark; 0 on success, 130 after Ctrl-C (what completed is saved)."""
+    """Run the benchmark; the exit code says how it ended (see EPILOG): 0 completed,
+    3 a run failed, 4 rows spooled (store locked), 128 + signal number after SIGINT/SIGTERM."""
+    import signal
+
     from collectors import run_views
-    from collectors.loadgen.runner import BenchInterrupted, run_benchmark
+    from collectors.loadgen.runner import STOP_SIGNALS, BenchInterrupted, run_bench
     from store.db import Store
 
     config = config_from_args(args)
+    max_error_rate = getattr(args, "max_error_rate", 1.0)
     store = Store.open(args.db)
+    code = 0
+    interrupted: dict[int, Any] = {}
     try:
-        run_ids = run_benchmark(config, store, progress=True)
+        outcome = run_bench(config, store, progress=True, max_error_rate=max_error_rate)
     except BenchInterrupted as exc:
+        # what was saved, and where, is told whatever else the user presses meanwhile
+        interrupted = {sig: signal.signal(sig, signal.SIG_IGN) for sig in STOP_SIGNALS}
+        outcome = exc.outcome
+        code = 128 + int(exc.signum)
+        name = signal.Signals(exc.signum).name
         print(
-            f"interrupted; saved {len(exc.run_ids)} run(s): {', '.join(exc.run_ids)}",
+            f"interrupted ({name}); {len(outcome.run_ids)} run(s) ended as "
+            f"{'/'.join(sorted({lvl.status for lvl in outcome.levels})) or 'nothing'}: "
+            f"{', '.join(outcome.run_ids) or 'none started'}",
             file=sys.stderr,
         )
-        run_views.prepare(store, exc.run_ids)  # quick first views of what was saved
-        return 130
-    run_views.prepare(store, run_ids)
-    for run_id in run_ids:
-        print(run_id)
-    return 0
+    for run_id in outcome.run_ids:  # stdout, whatever happened: scripts read them here
+        print(run_id, flush=True)
+    for lvl in outcome.failed:
+        print(
+            f"servescope bench: run {lvl.run_id} failed: {lvl.failures} of {lvl.requests} "
+            f"requests failed, {lvl.ok} succeeded (--max-error-rate {max_error_rate:g})",
+            file=sys.stderr,
+        )
+    if outcome.failed and not code:
+        code = EXIT_RUN_FAILED
+    if outcome.rows_spooled:
+        where = ", ".join(str(d.resolve()) for d in outcome.spool_dirs)
+        print(
+            f"servescope bench: the store stayed locked: {outcome.rows_spooled} rows spooled at "
+            f"{where}; they are not in the store yet. Run `servescope db ingest-spool --db "
+            f"{outcome.store_url}` when the store is free.",
+            file=sys.stderr,
+        )
+        if not code:
+            code = EXIT_SPOOLED
+    for sig, previous in interrupted.items():
+        signal.signal(sig, previous)
+    if outcome.run_ids and not outcome.rows_spooled:
+        run_views.prepare(store, outcome.run_ids)  # quick first views of what was saved
+    return code

@@ -92,7 +92,8 @@ class RunCollector:
         self.sink = sink
         self.done = 0
         self.ok = 0
-        self.errors = 0
+        self.errors = 0  # every request not ok: error, timeout or cancelled
+        self.cancelled = 0  # cancelled by a stop (not a failure of the endpoint)
         self.output_tokens = 0
         self.estimated = False
         self.sent_at = array("d")
@@ -142,6 +143,8 @@ class RunCollector:
                     self.recent_ttft.append(row[i_ttft])
             else:
                 self.errors += 1
+                if row[i_status] == "cancelled":
+                    self.cancelled += 1
         self.sink.add("requests", requests)
         if gaps:
             self.gap_rows += len(gaps)

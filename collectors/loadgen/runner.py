@@ -15,15 +15,18 @@ import asyncio
 import contextlib
 import os
 import random
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import httpx
@@ -65,12 +68,126 @@ OWNED_BY_FRAMEWORK = {
 }
 
 
-class BenchInterrupted(KeyboardInterrupt):
-    """Ctrl-C: the runs in ``run_ids`` were saved (the last one as 'interrupted')."""
+@dataclass(frozen=True)
+class LevelOutcome:
+    """How one load level's run ended, and where its rows are."""
 
-    def __init__(self, run_ids: list[str]) -> None:
+    run_id: str
+    status: str  # completed | interrupted | failed (runs.status)
+    requests: int  # rows handed to the writer (every completed, failed or cancelled request)
+    ok: int
+    failures: int  # error or timeout (cancelled ones excluded)
+    rows_spooled: int = 0  # rows (of every table, the run row included) left in the spool
+    batches_spooled: int = 0
+    spool_dir: Path | None = None
+
+
+@dataclass
+class BenchOutcome:
+    """What ``run_bench`` did: one ``LevelOutcome`` per run, and the signal that stopped it."""
+
+    levels: list[LevelOutcome] = field(default_factory=list)
+    store_url: str = ""
+    signum: int | None = None
+
+    @property
+    def run_ids(self) -> list[str]:
+        return [lvl.run_id for lvl in self.levels]
+
+    @property
+    def failed(self) -> list[LevelOutcome]:
+        return [lvl for lvl in self.levels if lvl.status == "failed"]
+
+    @property
+    def rows_spooled(self) -> int:
+        return sum(lvl.rows_spooled for lvl in self.levels)
+
+    @property
+    def spool_dirs(self) -> list[Path]:
+        return sorted({lvl.spool_dir for lvl in self.levels if lvl.rows_spooled and lvl.spool_dir})
+
+
+class BenchInterrupted(KeyboardInterrupt):
+    """Ctrl-C, SIGTERM or SIGHUP: the runs in ``run_ids`` were saved (the last one as 'interrupted')
+    or spooled (``outcome`` says which); ``signum`` is the signal (SIGINT for a plain Ctrl-C)."""
+
+    def __init__(
+        self,
+        run_ids: list[str],
+        *,
+        signum: int = signal.SIGINT,
+        outcome: BenchOutcome | None = None,
+    ) -> None:
         super().__init__("benchmark interrupted")
         self.run_ids = run_ids
+        self.signum = signum
+        self.outcome = outcome or BenchOutcome()
+
+
+#: The signals that stop a benchmark, all alike (exit code 128 + the signal's number).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class StopSignals:
+    """SIGINT, SIGTERM and SIGHUP during a benchmark (installed by ``run_bench`` in the main
+    thread).
+
+    Before measuring (discovery, calibration) the first signal raises KeyboardInterrupt: nothing
+    is stored yet. From the first load level on, signals never raise: the first one asks the
+    level to stop (its workers cancel what is in flight and send what completed), and it and
+    any later one are only acknowledged on stderr — so the final flush of the rows and of the
+    run row cannot be cut half-way; it completes, or spools when the store stays locked.
+    """
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.raising = True
+        self._on_stop: Callable[[], None] | None = None
+        self._previous: dict[int, Any] = {}
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
+
+    def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # signals reach only the main thread; its owner handles them
+        for sig in STOP_SIGNALS:
+            self._previous[sig] = signal.signal(sig, self._handle)
+
+    def restore(self) -> None:
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+        self._previous.clear()
+
+    def _say(self, text: str) -> None:
+        # os.write: a handler may interrupt a buffered write to stderr (the progress bar)
+        with contextlib.suppress(OSError):
+            os.write(2, f"\nservescope: {text}\n".encode())
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        if self.signum is None:
+            self.signum = signum
+            if self.raising:
+                raise KeyboardInterrupt
+            self._say(f"{name}: stopping; saving what completed (a second signal cannot stop that)")
+            if self._on_stop is not None:
+                self._on_stop()
+        else:
+            self._say(f"{name}: already stopping — saving what completed, please wait")
+
+    @contextlib.contextmanager
+    def on_stop(self, callback: Callable[[], None]) -> Iterator[None]:
+        """Call ``callback`` on the first signal while inside (at once if one already came).
+        The callback runs in a signal handler: it must only set flags or schedule work."""
+        self._on_stop = callback
+        try:
+            if self.signum is not None:
+                callback()
+            yield
+        finally:
+            self._on_stop = None
 
 
 @dataclass(frozen=True)
@@ -384,11 +501,15 @@ class _Live:
 
 
 def _drive_in_process(
-    plan: WorkerPlan, live: _Live, transport: httpx.AsyncBaseTransport | None
+    plan: WorkerPlan,
+    live: _Live,
+    transport: httpx.AsyncBaseTransport | None,
+    stopper: StopSignals | None = None,
 ) -> list[DriverSummary]:
     summaries: list[DriverSummary] = []
 
     async def main() -> None:
+        loop = asyncio.get_running_loop()
         endpoint = (
             HttpxEndpoint(
                 plan.endpoint,
@@ -402,9 +523,17 @@ def _drive_in_process(
         )
         driver = Driver(plan, endpoint, live)
         summaries.append(driver.summary)
+
+        def stop() -> None:  # from a signal handler: schedule, do not act
+            with contextlib.suppress(RuntimeError):  # the loop already closed
+                loop.call_soon_threadsafe(driver.stop)
+
+        guard = stopper.on_stop(stop) if stopper is not None else contextlib.nullcontext()
         try:
-            await driver.warmup()
-            await driver.run()
+            with guard:
+                await driver.warmup()
+                if not driver.summary.interrupted:
+                    await driver.run()
         finally:
             await endpoint.aclose()
 
@@ -455,10 +584,21 @@ class _Workers:
                 if i not in self.done and i not in self.failed:
                     self._send(i, ("stop",))
 
-    def pump(self) -> None:
-        """Read messages until every worker is done or failed."""
+    def pump(self, stopper: StopSignals | None = None, *, stop_grace_s: float = 60.0) -> None:
+        """Read messages until every worker is done or failed. When ``stopper`` has been
+        signalled, ask the workers to stop (they send what completed, then "done"); those
+        still running ``stop_grace_s`` later are given up (``close`` ends them)."""
         n = len(self.conns)
+        given_up_at: float | None = None
         while len(self.done) + len(self.failed) < n:
+            if stopper is not None and stopper.requested and not self.stopped:
+                self.stop()
+                given_up_at = time.monotonic() + stop_grace_s
+            if given_up_at is not None and time.monotonic() > given_up_at:
+                for i in range(n):
+                    if i not in self.done and i not in self.failed:
+                        self.failed[i] = "the worker did not stop in time"
+                break
             live = [
                 c for i, c in enumerate(self.conns) if i not in self.done and i not in self.failed
             ]
@@ -505,27 +645,36 @@ class _Workers:
             conn.close()
 
 
-def _drive_workers(plans: list[WorkerPlan], live: _Live) -> tuple[list[DriverSummary], bool]:
+def _drive_workers(
+    plans: list[WorkerPlan], live: _Live, stopper: StopSignals
+) -> tuple[list[DriverSummary], bool]:
     workers = _Workers(plans, live)
-    interrupted = False
     try:
-        try:
-            workers.pump()
-        except KeyboardInterrupt:
-            interrupted = True
-            live.view.note("[yellow]interrupted: stopping, saving what completed…[/yellow]")
-            workers.stop()
-            try:
-                workers.pump()
-            except KeyboardInterrupt:
-                workers.close(kill=True)
-                raise
+        # a signal only sets stopper.signum (see StopSignals): the pump sees it within 0.25 s,
+        # so no exception ever lands half-way through handling a batch
+        workers.pump(stopper)
+        interrupted = stopper.requested or workers.stopped
         if workers.failed:
             first = next(iter(workers.failed.values()))
-            raise CollectorError(f"a load-generator worker failed: {first.strip()[-2000:]}")
-        return list(workers.done.values()), interrupted or workers.stopped
+            if not stopper.requested:
+                raise CollectorError(f"a load-generator worker failed: {first.strip()[-2000:]}")
+            live.view.note(f"[yellow]while stopping: {first.strip()[-300:]}[/yellow]")
+        return list(workers.done.values()), interrupted
     finally:
         workers.close()
+
+
+def run_status(
+    *, interrupted: bool, measured: int, ok: int, failures: int, max_error_rate: float
+) -> str:
+    """The stored status of a run: ``interrupted`` when stopped early; ``failed`` when no
+    request succeeded, or when the share of failed requests (error or timeout, over those
+    measured; cancelled ones are not measured) is above ``max_error_rate``; else ``completed``."""
+    if interrupted:
+        return "interrupted"
+    if measured == 0 or ok == 0 or failures / measured > max_error_rate:
+        return "failed"
+    return "completed"
 
 
 def run_level(
@@ -538,41 +687,57 @@ def run_level(
     bench_id: str,
     view: ProgressView,
     transport: httpx.AsyncBaseTransport | None = None,
-) -> bool:
-    """Measure one load level into one stored run; returns True when it was interrupted."""
+    max_error_rate: float = 1.0,
+    stopper: StopSignals | None = None,
+) -> LevelOutcome:
+    """Measure one load level into one stored run (or spooled, when the store stays locked).
+
+    The run row is always ended (``run_status``), whatever stops the level: the final flush of
+    its rows and of the run row runs in a ``finally`` that signals cannot interrupt (see
+    ``StopSignals``) and that spools what the store does not take."""
+    stopper = stopper or StopSignals()
     plans = worker_plans(cfg, prep, level)
     run = _base_run(cfg, prep, level, run_id, bench_id)
     writer = ingest.BufferedWriter(store, flush_interval_s=cfg.flush_interval_s, background=True)
     collector = RunCollector(run_id, writer)
     live = _Live(collector, view)
     writer.add_run(run)
-    sampling = LiveCollection.start(
-        metrics_urls=prep.metrics_urls,
-        dcgm_urls=cfg.dcgm_urls,
-        gpu=cfg.gpu,
-        interval_s=cfg.collect_interval_s,
-        writer=writer,
-    )
-    view.level(run["name"], cfg.requests)
     status = "failed"
     interrupted = False
     summaries: list[DriverSummary] = []
+    sampling: LiveCollection | None = None
     try:
+        sampling = LiveCollection.start(
+            metrics_urls=prep.metrics_urls,
+            dcgm_urls=cfg.dcgm_urls,
+            gpu=cfg.gpu,
+            interval_s=cfg.collect_interval_s,
+            writer=writer,
+        )
+        view.level(run["name"], cfg.requests)
         try:
-            if cfg.in_process or transport is not None:
-                summaries = _drive_in_process(plans[0], live, transport)
+            if stopper.requested:
+                interrupted = True  # a signal came while the level was being set up
+            elif cfg.in_process or transport is not None:
+                summaries = _drive_in_process(plans[0], live, transport, stopper)
             else:
-                summaries, interrupted = _drive_workers(plans, live)
-        except KeyboardInterrupt:
+                summaries, interrupted = _drive_workers(plans, live, stopper)
+        except KeyboardInterrupt:  # no StopSignals installed (another thread, a caller's own)
             interrupted = True
-        status = (
-            "interrupted" if interrupted or any(s.interrupted for s in summaries) else "completed"
+        interrupted = interrupted or stopper.requested or any(s.interrupted for s in summaries)
+        status = run_status(
+            interrupted=interrupted,
+            measured=collector.done - collector.cancelled,
+            ok=collector.ok,
+            failures=collector.errors - collector.cancelled,
+            max_error_rate=max_error_rate,
         )
     finally:
-        sources = sampling.stop()
-        for note in sources.notes:
-            view.note(f"[dim]{note}[/dim]")
-        run["client_params"] = {**run["client_params"], "collectors": sources.to_json()}
+        if sampling is not None:
+            sources = sampling.stop()
+            for note in sources.notes:
+                view.note(f"[dim]{note}[/dim]")
+            run["client_params"] = {**run["client_params"], "collectors": sources.to_json()}
         live.tick(force=True)
         started = min((s.started_at for s in summaries if s.started_at), default=None)
         if started is None:
@@ -589,6 +754,8 @@ def run_level(
         )
         cpu = sum(s.cpu_s for s in summaries)
         wall = max((s.wall_s for s in summaries), default=0.0)
+        measured = collector.done - collector.cancelled
+        failures = collector.errors - collector.cancelled
         writer.add_run(
             {
                 **run,
@@ -604,6 +771,9 @@ def run_level(
                     "requests": collector.done,
                     "ok": collector.ok,
                     "errors": collector.errors,
+                    "cancelled": collector.cancelled,
+                    "error_rate": round(failures / measured, 6) if measured else None,
+                    "max_error_rate": max_error_rate,
                     "output_tokens": collector.output_tokens,
                     "token_gaps": collector.gap_rows,
                     "scheduled_rate": verdict.scheduled_rate,
@@ -618,7 +788,95 @@ def run_level(
         writer.close()
     if verdict.bound:
         view.note(f"[yellow]{run['name']}: client-bound — {verdict.reason}[/yellow]")
-    return interrupted
+    batches_left, rows_left = writer.spooled()
+    if rows_left:
+        view.note(
+            f"[yellow]{run['name']}: the store stayed locked: {rows_left} rows "
+            f"({batches_left} batch(es)) spooled to {writer.spool_dir}[/yellow]"
+        )
+    return LevelOutcome(
+        run_id=run_id,
+        status=status,
+        requests=collector.done,
+        ok=collector.ok,
+        failures=failures,
+        rows_spooled=rows_left,
+        batches_spooled=batches_left,
+        spool_dir=writer.spool_dir,
+    )
+
+
+def run_bench(
+    config: BenchConfig,
+    store: Store,
+    *,
+    progress: bool = True,
+    env: Mapping[str, str] | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+    max_error_rate: float = 1.0,
+) -> BenchOutcome:
+    """Run every load level of ``config`` against its endpoint; return how each run ended.
+
+    Raises ``InputError``/``ConfigError`` for bad input (before any request), ``EndpointError``
+    when the endpoint cannot be used at all, and ``BenchInterrupted`` (a KeyboardInterrupt
+    carrying the outcome so far) after SIGINT or SIGTERM, handled alike (``StopSignals``): the
+    current level stops and is saved as ``interrupted``, later levels do not start.
+    ``max_error_rate`` (0..1): a run with a larger share of failed requests is stored as
+    ``failed`` (one where no request succeeded always is). ``transport`` injects an httpx
+    transport (measures in this process); ``env`` replaces ``os.environ`` for the API key.
+    """
+    if not 0.0 <= max_error_rate <= 1.0:
+        raise InputError(f"max_error_rate {max_error_rate!r} is not a fraction between 0 and 1")
+    cfg = config.validated()
+    api_key = _api_key(cfg, env)
+    outcome = BenchOutcome(store_url=_store_hint(store))
+    stopper = StopSignals()
+    stopper.install()
+    try:
+        try:
+            prep = prepare(cfg, store, api_key=api_key, transport=transport)
+        except KeyboardInterrupt:  # nothing measured yet
+            raise BenchInterrupted(
+                [], signum=stopper.signum or signal.SIGINT, outcome=outcome
+            ) from None
+        stopper.raising = False  # from here on a signal stops a level, and never raises
+        bench_id = uuid.uuid4().hex[:12]
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        with ProgressView(enabled=progress) as view:
+            for level in cfg.levels():
+                if stopper.requested:
+                    break
+                # the random part first: DuckDB keeps min/max statistics of only the first
+                # 8 bytes of a text column, so ids sharing a prefix ("ss-2026…") made every
+                # per-run query scan every run's rows; distinct prefixes let it skip the others
+                base = cfg.run_id or f"{bench_id[:8]}-{stamp}"
+                outcome.levels.append(
+                    run_level(
+                        cfg,
+                        prep,
+                        level,
+                        store,
+                        run_id=f"{base}-{level.slug}",
+                        bench_id=bench_id,
+                        view=view,
+                        transport=transport,
+                        max_error_rate=max_error_rate,
+                        stopper=stopper,
+                    )
+                )
+                if outcome.levels[-1].status == "interrupted":
+                    break
+        if stopper.requested or (outcome.levels and outcome.levels[-1].status == "interrupted"):
+            outcome.signum = stopper.signum or signal.SIGINT
+            raise BenchInterrupted(outcome.run_ids, signum=outcome.signum, outcome=outcome)
+        return outcome
+    finally:
+        stopper.restore()
+
+
+def _store_hint(store: Store) -> str:
+    """The store as a ``--db`` value that works from any folder (no password)."""
+    return store.location if store.dialect == "duckdb" else store.url
 
 
 def run_benchmark(
@@ -629,37 +887,5 @@ def run_benchmark(
     env: Mapping[str, str] | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
 ) -> list[str]:
-    """Run every load level of ``config`` against its endpoint; returns the stored run ids.
-
-    Raises ``InputError``/``ConfigError`` for bad input (before any request), ``EndpointError``
-    when the endpoint cannot be used at all, and ``BenchInterrupted`` (a KeyboardInterrupt
-    carrying the saved run ids) on Ctrl-C. ``transport`` injects an httpx transport (measures in
-    this process); ``env`` replaces ``os.environ`` for the API-key lookup.
-    """
-    cfg = config.validated()
-    api_key = _api_key(cfg, env)
-    prep = prepare(cfg, store, api_key=api_key, transport=transport)
-    bench_id = uuid.uuid4().hex[:12]
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    run_ids: list[str] = []
-    with ProgressView(enabled=progress) as view:
-        for level in cfg.levels():
-            # the random part first: DuckDB keeps min/max statistics of only the first 8 bytes
-            # of a text column, so ids sharing a prefix ("ss-2026…") made every per-run query
-            # scan every run's rows; distinct prefixes let it skip the other runs' row groups
-            base = cfg.run_id or f"{bench_id[:8]}-{stamp}"
-            run_id = f"{base}-{level.slug}"
-            run_ids.append(run_id)
-            interrupted = run_level(
-                cfg,
-                prep,
-                level,
-                store,
-                run_id=run_id,
-                bench_id=bench_id,
-                view=view,
-                transport=transport,
-            )
-            if interrupted:
-                raise BenchInterrupted(run_ids)
-    return run_ids
+    """``run_bench`` returning only the stored run ids (the demo, benchmarks and tests)."""
+    return run_bench(config, store, progress=progress, env=env, transport=transport).run_ids

@@ -1,10 +1,12 @@
 """The measuring process: one event loop that only sends, reads and times.
 
 Started by ``runner`` (multiprocessing, spawn) once per worker and load level. It ignores
-SIGINT (the coordinator decides when to stop), opens its connections and sends its warm-up
-requests, reports ``ready``, starts at the coordinator's common start instant, and streams
-result batches back through its pipe from a sender thread, so a slow reader never blocks the
-event loop.
+SIGINT (the coordinator decides when to stop); SIGTERM, which reaches it only when sent to it
+directly (a container or service manager stopping every process), stops it as the
+coordinator's "stop" does: what completed is sent, the rest is cancelled. It opens its
+connections and sends its warm-up requests, reports ``ready``, starts at the coordinator's
+common start instant, and streams result batches back through its pipe from a sender thread, so
+a slow reader never blocks the event loop.
 
 Messages to the coordinator: ("ready", warmup_done) · ("batch", ResultBatch) ·
 ("done", DriverSummary) · ("error", text). From it: ("go", start_epoch) · ("stop",).
@@ -13,6 +15,7 @@ Messages to the coordinator: ("ready", warmup_done) · ("batch", ResultBatch) ·
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import queue
 import signal
@@ -117,6 +120,13 @@ async def _run(plan: WorkerPlan, conn: Connection, out: queue.SimpleQueue[Any]) 
                 return
 
     threading.Thread(target=receiver, name="servescope-receiver", daemon=True).start()
+
+    def terminate() -> None:
+        settle(None)
+        driver.stop()
+
+    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+        loop.add_signal_handler(signal.SIGTERM, terminate)
     try:
         done = await driver.warmup()
         out.put(("ready", done))

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -167,3 +168,107 @@ def test_ctrl_c_keeps_what_completed(tmp_path: Path) -> None:
     counts = dict(zip(reqs.status, reqs.n, strict=True))
     assert counts.get("ok", 0) >= 20
     assert set(counts) <= {"ok", "cancelled"}
+
+
+_HOLDER = textwrap.dedent(
+    """
+    import sys, time, duckdb
+    deadline = time.monotonic() + 60
+    while True:  # the bench opens the file for a moment at each flush: retry until we hold it
+        try:
+            con = duckdb.connect(sys.argv[1])
+            break
+        except duckdb.IOException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.005)
+    print("locked", flush=True)
+    sys.stdin.readline()
+    con.close()
+    """
+)
+
+
+def test_a_store_locked_at_the_end_spools_the_runs_and_says_so(tmp_path: Path) -> None:
+    """Two levels; the store is locked from the middle of the first to the end. Bench exits 4,
+    prints both run ids and the command that stores the spooled rows; after it, the store
+    holds both runs, ended, with every request."""
+    db = tmp_path / "l.duckdb"
+    servescope = Path(sys.executable).parent / "servescope"
+    with MockServer(ttft_ms=5, itl_ms=10) as url:
+        server = MockServer.__new__(MockServer)
+        server.url = url
+        proc = subprocess.Popen(
+            [
+                str(servescope),
+                "bench",
+                "--endpoint",
+                url,
+                "--workload",
+                "short-in-short-out",
+                "--concurrency",
+                "1,2",
+                "--requests",
+                "40",
+                "--max-tokens",
+                "10",
+                "--metrics-url",
+                "off",
+                "--no-gpu",
+                "--db",
+                f"duckdb:///{db}",
+            ],
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": str(ROOT), "SERVESCOPE_LOCK_TIMEOUT_S": "0.5"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        holder: subprocess.Popen[str] | None = None
+        try:
+            deadline = time.monotonic() + 90
+            while server.stats()["completed"] < 8:  # poll the server, not the clock
+                assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+                assert time.monotonic() < deadline, "no progress"
+            holder = subprocess.Popen(
+                [sys.executable, "-c", _HOLDER, str(db)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+            out, err = proc.communicate(timeout=180)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            if holder is not None:
+                assert holder.stdin is not None and holder.stdout is not None
+                holder.stdin.write("\n")
+                holder.stdin.close()
+                holder.wait(timeout=30)
+                holder.stdout.close()
+    assert proc.returncode == 4, err[-3000:]
+    run_ids = out.split()
+    assert len(run_ids) == 2
+    assert f"ingest-spool --db duckdb:///{db}" in err, err[-3000:]
+    assert f"{db}.spool" in err
+    spooled = list(tmp_path.glob("l.duckdb.spool/*.json"))
+    assert spooled
+    done = subprocess.run(
+        [str(servescope), "db", "--db", f"duckdb:///{db}", "ingest-spool"],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"({len(spooled)} batch(es))" in done.stdout
+    store = Store.open(f"duckdb:///{db}")
+    runs = store.read_df("select run_id, status, duration_s from runs order by run_id")
+    assert list(runs.run_id) == sorted(run_ids)
+    assert set(runs.status) == {"completed"} and (runs.duration_s > 0).all()
+    reqs = store.read_df(
+        "select run_id, count(*) as n from requests where status = 'ok' group by 1"
+    )
+    assert dict(zip(reqs.run_id, reqs.n, strict=True)) == {r: 40 for r in run_ids}
+    assert not list(tmp_path.glob("l.duckdb.spool/*.json"))
