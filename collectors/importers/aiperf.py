@@ -20,6 +20,7 @@ import pandas as pd
 from collectors import engine_metrics
 from collectors.prometheus_text import Exposition, Sample
 
+from . import validate as v
 from .base import Clock
 from .model import Document, ImportOptions, ParsedFile, ParsedRun
 from .nvidia_common import (
@@ -125,7 +126,7 @@ def _summary_tool(doc: Document) -> tuple[dict[str, Any], dict[str, Any]]:
             raw["aiperf_version"] = obj["aiperf_version"]
     dur = metrics.get("benchmark_duration")
     if dur is not None and fields.get("started_at") is None:
-        seconds = r.finite(dur.get("avg"), "benchmark_duration.avg")
+        seconds = v.aggregate(r, dur.get("avg"), "benchmark_duration.avg", v.DURATION)
         if seconds is not None:
             fields["duration_s"] = seconds
     tool = summary_tool(r, doc, metrics, raw, source=SOURCE, tool_name="AIPerf")
@@ -151,19 +152,32 @@ def parse_summary(docs: list[Document], options: ImportOptions, clock: Clock) ->
 # --- per-request records ----------------------------------------------------------------------
 
 
-def _metric(r: Reader, metrics: dict[str, Any], name: str, where: str, *, time: bool) -> Any:
+def _metric(
+    r: Reader,
+    metrics: dict[str, Any],
+    name: str,
+    where: str,
+    bound: v.Bound,
+    *,
+    time: bool,
+    many: bool = False,
+) -> Any:
+    """One record metric's value within ``bound`` (in ms when ``time``); ``many``: a list (the
+    chunk gaps), checked item by item."""
     m = metrics.get(name)
     if m is None:
         return None
     m = r.obj(m, where + name)
     value = m.get("value")
-    if time:
-        factor = to_ms(r, m.get("unit", "ms"), where + name)
-        if isinstance(value, list):
-            return [v * factor for v in r.numbers(value, where + name + ".value") if v is not None]
-        num = r.number(value, where + name + ".value")
-        return None if num is None else num * factor
-    return r.number(value, where + name + ".value")
+    key = where + name + ".value"
+    factor = to_ms(r, m.get("unit", "ms"), where + name) if time else 1.0
+    if many:
+        values = v.check_array(r.path, key, r.float_array(value, key), bound)
+        return (values * factor).tolist()
+    if isinstance(value, list | dict):
+        raise r.fail(key, f"expected a number but found {type(value).__name__}")
+    num = v.number(r, value, key, bound)
+    return None if num is None else num * factor
 
 
 def _records_jsonl(doc: Document, run_id: str) -> tuple[pd.DataFrame | None, Any, int]:
@@ -194,23 +208,27 @@ def _records_jsonl(doc: Document, run_id: str) -> tuple[pd.DataFrame | None, Any
         if meta.get("benchmark_phase") == "warmup":
             warmup += 1
             continue
-        start_raw, end_raw = meta.get("request_start_ns"), meta.get("request_end_ns")
-        start = r.req_number(meta, "request_start_ns", where + "metadata.")
-        end = r.number(end_raw, where + "metadata.request_end_ns")
-        if isinstance(start_raw, int) and isinstance(end_raw, int):
-            start, end = start_raw, end_raw  # exact integer ns (floats lose ~256 ns at 1e18)
+        start = v.ns_timestamp(
+            r,
+            r.require(meta, "request_start_ns", where + "metadata."),
+            where + "metadata.request_start_ns",
+        )
+        end_raw = meta.get("request_end_ns")
+        end_key = where + "metadata.request_end_ns"
+        end = None if end_raw is None else v.ns_timestamp(r, end_raw, end_key)
         error = rec.get("error")
         cancelled = bool(meta.get("was_cancelled"))
         status = "error" if error else ("cancelled" if cancelled else "ok")
-        ttft = _metric(r, metrics, "time_to_first_token", where + "metrics.", time=True)
-        gaps = _metric(r, metrics, "inter_chunk_latency", where + "metrics.", time=True) or []
-        usage_out = _metric(r, metrics, "usage_completion_tokens", where + "metrics.", time=False)
-        osl = _metric(r, metrics, "output_sequence_length", where + "metrics.", time=False)
-        usage_in = _metric(r, metrics, "usage_prompt_tokens", where + "metrics.", time=False)
-        isl = _metric(r, metrics, "input_sequence_length", where + "metrics.", time=False)
+        at = where + "metrics."
+        ttft = _metric(r, metrics, "time_to_first_token", at, v.LATENCY, time=True)
+        gaps = _metric(r, metrics, "inter_chunk_latency", at, v.GAP, time=True, many=True) or []
+        usage_out = _metric(r, metrics, "usage_completion_tokens", at, v.TOKENS, time=False)
+        osl = _metric(r, metrics, "output_sequence_length", at, v.TOKENS, time=False)
+        usage_in = _metric(r, metrics, "usage_prompt_tokens", at, v.TOKENS, time=False)
+        isl = _metric(r, metrics, "input_sequence_length", at, v.TOKENS, time=False)
         rows["sent"].append(start / 1e9)
         rows["ttft"].append(ttft)
-        rows["e2e"].append((end - start) / 1e6 if end is not None and status == "ok" else None)
+        rows["e2e"].append(_e2e(r, start, end, end_key) if status == "ok" else None)
         rows["out"].append(
             (usage_out if usage_out is not None else osl) if status == "ok" else None
         )
@@ -220,9 +238,13 @@ def _records_jsonl(doc: Document, run_id: str) -> tuple[pd.DataFrame | None, Any
         err_obj = error if isinstance(error, dict) else {}
         rows["err"].append(None if not error else str(err_obj.get("message") or error)[:500])
         code = err_obj.get("code")
-        rows["http"].append(code if isinstance(code, int) else None)
-        rows["conv"].append(meta.get("conversation_id"))
-        rows["turn"].append(meta.get("turn_index"))
+        rows["http"].append(
+            v.integer(r, code, where + "error.code", v.CODE) if isinstance(code, int) else None
+        )
+        rows["conv"].append(r.text(meta.get("conversation_id"), where + "metadata.conversation_id"))
+        rows["turn"].append(
+            v.integer(r, meta.get("turn_index"), where + "metadata.turn_index", v.INDEX)
+        )
         rows["gaps"].append(gaps if status == "ok" else [])
     n = len(rows["status"])
     if n == 0:
@@ -235,11 +257,26 @@ def _records_jsonl(doc: Document, run_id: str) -> tuple[pd.DataFrame | None, Any
     return frame, gaps_frame(run_id, rows["gaps"], scale_to_ms=1.0), warmup
 
 
-def _ns_cell(r: Reader, value: str | None, key: str) -> float | int | None:
+def _e2e(r: Reader, start: int, end: int | None, key: str) -> float | None:
+    """E2E in ms from epoch-ns start and end; an end before the start is a bad file."""
+    if end is None:
+        return None
+    return v.check(
+        r.path,
+        key,
+        (end - start) / 1e6,
+        v.LATENCY,
+        how="E2E (request_end_ns − request_start_ns, ms)",
+    )
+
+
+def _ns_cell(r: Reader, value: str | None, key: str) -> int | None:
     """An epoch-ns cell as an exact int when it is one (floats lose ~256 ns at 1e18)."""
-    if value is not None and value.isdigit():
-        return int(value)
-    return r.number(value, key)
+    if value is None:
+        return None
+    if value.isascii() and value.isdigit():
+        return v.ns_timestamp(r, int(value), key)
+    return v.ns_timestamp(r, value, key)
 
 
 def _records_csv(doc: Document, run_id: str) -> tuple[pd.DataFrame | None, Any, int]:
@@ -258,7 +295,7 @@ def _records_csv(doc: Document, run_id: str) -> tuple[pd.DataFrame | None, Any, 
         return value or None
 
     def timed(row: list[str], name: str, line: int) -> float | None:
-        value = r.number(cell(row, name), f"line {line} column {name!r}")
+        value = v.number(r, cell(row, name), f"line {line} column {name!r}", v.LATENCY)
         if value is None:
             return None
         return value * to_ms(r, cols[name][1] or "ms", f"line {line} column {name!r}")
@@ -282,21 +319,18 @@ def _records_csv(doc: Document, run_id: str) -> tuple[pd.DataFrame | None, Any, 
         error = cell(row, "error_code") or cell(row, "error_message")
         cancelled = (cell(row, "was_cancelled") or "").lower() == "true"
         status = "error" if error else ("cancelled" if cancelled else "ok")
-        usage_out = r.number(
-            cell(row, "usage_completion_tokens"), f"line {line} column 'usage_completion_tokens'"
-        )
-        osl = r.number(
-            cell(row, "output_sequence_length"), f"line {line} column 'output_sequence_length'"
-        )
-        usage_in = r.number(
-            cell(row, "usage_prompt_tokens"), f"line {line} column 'usage_prompt_tokens'"
-        )
-        isl = r.number(
-            cell(row, "input_sequence_length"), f"line {line} column 'input_sequence_length'"
-        )
+
+        def tokens(name: str, row: list[str] = row, line: int = line) -> float | None:
+            return v.number(r, cell(row, name), f"line {line} column {name!r}", v.TOKENS)
+
+        usage_out = tokens("usage_completion_tokens")
+        osl = tokens("output_sequence_length")
+        usage_in = tokens("usage_prompt_tokens")
+        isl = tokens("input_sequence_length")
         rows["sent"].append(start / 1e9)
         rows["ttft"].append(timed(row, "time_to_first_token", line))
-        rows["e2e"].append((end - start) / 1e6 if end is not None and status == "ok" else None)
+        end_key = f"line {line} column 'request_end_ns'"
+        rows["e2e"].append(_e2e(r, start, end, end_key) if status == "ok" else None)
         rows["out"].append(
             (usage_out if usage_out is not None else osl) if status == "ok" else None
         )
@@ -306,9 +340,7 @@ def _records_csv(doc: Document, run_id: str) -> tuple[pd.DataFrame | None, Any, 
         rows["err"].append(None if not error else (cell(row, "error_message") or error)[:500])
         rows["conv"].append(cell(row, "conversation_id"))
         turn = cell(row, "turn_index")
-        rows["turn"].append(
-            None if turn is None else r.number(turn, f"line {line} column 'turn_index'")
-        )
+        rows["turn"].append(v.integer(r, turn, f"line {line} column 'turn_index'", v.INDEX))
     n = len(rows["status"])
     if n == 0:
         return None, None, warmup
@@ -359,7 +391,7 @@ def parse_records(docs: list[Document], options: ImportOptions, clock: Clock) ->
     if "started_at" not in run and np.isfinite(sent).any():
         run["started_at"] = float(np.nanmin(sent))
         run["ended_at"] = float(np.nanmax(done)) if np.isfinite(done).any() else None
-        if run["ended_at"] is not None:
+        if run["ended_at"] is not None and run["ended_at"] > run["started_at"]:
             run["duration_s"] = run["ended_at"] - run["started_at"]
     if warmup:
         notes.append(f"{warmup} warm-up records skipped")
@@ -381,6 +413,7 @@ def parse_records(docs: list[Document], options: ImportOptions, clock: Clock) ->
 # --- telemetry -------------------------------------------------------------------------------
 
 GB = 1e9
+GPU_INDEX = v.Bound("a GPU index", high=v.INT32_MAX, integer=True, nan="bad")
 
 
 def parse_gpu(docs: list[Document], options: ImportOptions, clock: Clock) -> ParsedFile:
@@ -391,28 +424,36 @@ def parse_gpu(docs: list[Document], options: ImportOptions, clock: Clock) -> Par
         where = f"line {line}: "
         o = r.obj(obj, where + "(sample)")
         data = r.get_obj(o, "telemetry_data", where)
-        ts = r.req_number(o, "timestamp_ns", where) / 1e9
-        index = r.integer(r.require(o, "gpu_index", where), where + "gpu_index")
+        ts = v.ns_timestamp(r, r.require(o, "timestamp_ns", where), where + "timestamp_ns") / 1e9
+        index = v.integer(r, r.require(o, "gpu_index", where), where + "gpu_index", GPU_INDEX)
 
         def num(
-            key: str, factor: float = 1.0, data: dict[str, Any] = data, where: str = where
+            key: str,
+            factor: float = 1.0,
+            bound: v.Bound = v.MEASURE,
+            data: dict[str, Any] = data,
+            where: str = where,
         ) -> float | None:
-            v = r.finite(data.get(key), where + "telemetry_data." + key)
-            return None if v is None or v >= 9.2e18 else v * factor
+            # DCGM's "blank" sentinels (~9.22e18) and NaN / inf: not measured
+            value = data.get(key)
+            if isinstance(value, int | float) and abs(value) >= 9.2e18:
+                return None
+            num = v.aggregate(r, value, where + "telemetry_data." + key, bound)
+            return None if num is None else num * factor
 
         rows.append(
             {
                 "host": str(o.get("hostname") or o.get("telemetry_source_url") or "unknown"),
                 "gpu_index": index,
                 "ts": ts,
-                "gpu_uuid": o.get("gpu_uuid"),
-                "gpu_name": o.get("gpu_model_name"),
+                "gpu_uuid": r.text(o.get("gpu_uuid"), where + "gpu_uuid"),
+                "gpu_name": r.text(o.get("gpu_model_name"), where + "gpu_model_name"),
                 "mem_used_bytes": num("gpu_memory_used", GB),
                 "mem_total_bytes": num("gpu_memory_total", GB),
                 "util_gpu": num("gpu_utilization", 0.01),
                 "util_mem": num("memory_copy_utilization", 0.01),
                 "power_w": num("gpu_power_usage"),
-                "temp_c": num("gpu_temperature"),
+                "temp_c": num("gpu_temperature", bound=v.FINITE),
                 "sm_clock_mhz": num("sm_clock_frequency"),
                 "source": "dcgm",
             }
@@ -434,7 +475,7 @@ def parse_server(docs: list[Document], options: ImportOptions, clock: Clock) -> 
         where = f"line {line}: "
         o = r.obj(obj, where + "(snapshot)")
         target = str(r.require(o, "endpoint_url", where))
-        ts = r.req_number(o, "timestamp_ns", where) / 1e9
+        ts = v.ns_timestamp(r, r.require(o, "timestamp_ns", where), where + "timestamp_ns") / 1e9
         metrics = r.get_obj(o, "metrics", where)
         expo = Exposition()
         for name, series in metrics.items():
@@ -471,7 +512,9 @@ def parse_server(docs: list[Document], options: ImportOptions, clock: Clock) -> 
 def _snapshot_samples(r: Reader, name: str, s: dict[str, Any], at: str) -> list[Sample]:
     """One series of a snapshot as exposition samples: ``{"labels", "value"}``, or a histogram
     ``{"labels", "histogram": {le: cumulative count}, "sum", "count"}``."""
-    labels = tuple(sorted((str(k), str(v)) for k, v in (s.get("labels") or {}).items()))
+    raw_labels = s.get("labels")
+    labels_obj = {} if raw_labels is None else r.obj(raw_labels, f"{at}.labels")
+    labels = tuple(sorted((str(k), str(v)) for k, v in labels_obj.items()))
     if "value" in s:
         value = r.number(s["value"], f"{at}.value")
         return [] if value is None else [Sample(name, labels, value)]

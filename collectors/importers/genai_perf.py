@@ -16,6 +16,7 @@ import itertools
 import json
 from typing import Any
 
+from . import validate as v
 from .base import Clock
 from .model import Document, ImportOptions, ParsedFile, ParsedRun
 from .nvidia_common import (
@@ -137,15 +138,6 @@ def _chunk(text: str) -> tuple[bool, dict[str, Any] | None, str | None]:
     return content, usage, error
 
 
-def _ns(r: Reader, value: Any, key: str) -> int:
-    """An epoch-nanosecond timestamp, kept as an exact integer (floats lose ~256 ns at 1e18)."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    num = r.number(value, key, allow_none=False)
-    assert num is not None
-    return int(num)
-
-
 def _experiment(r: Reader, exp: dict[str, Any], where: str, run_id: str) -> tuple[Any, Any, bool]:
     reqs = r.array(r.require(exp, "requests", where), where + "requests")
     rows: dict[str, list[Any]] = {
@@ -156,9 +148,21 @@ def _experiment(r: Reader, exp: dict[str, Any], where: str, run_id: str) -> tupl
     for i, item in enumerate(reqs):
         w = f"{where}requests[{i}]."
         it = r.obj(item, w.rstrip("."))
-        ts = _ns(r, r.require(it, "timestamp", w), w + "timestamp")
+        ts = v.ns_timestamp(r, r.require(it, "timestamp", w), w + "timestamp")
         stamp_list = r.array(r.require(it, "response_timestamps", w), w + "response_timestamps")
-        stamps = [_ns(r, v, f"{w}response_timestamps[{k}]") for k, v in enumerate(stamp_list)]
+        stamps = [
+            v.ns_timestamp(r, x, f"{w}response_timestamps[{k}]") for k, x in enumerate(stamp_list)
+        ]
+        for k in range(len(stamps)):
+            # each response after the request and after the one before it
+            before = stamps[k - 1] if k else ts
+            if stamps[k] < before:
+                what = f"response_timestamps[{k - 1}]" if k else "timestamp"
+                raise r.fail(
+                    f"{w}response_timestamps[{k}]",
+                    f"found {stamps[k]}, earlier than {what} {before}; expected the responses "
+                    "in time order, after the request",
+                )
         outputs = r.array(it.get("response_outputs") or [], w + "response_outputs")
         content_ts: list[int] = []
         usage: dict[str, Any] | None = None
@@ -184,6 +188,8 @@ def _experiment(r: Reader, exp: dict[str, Any], where: str, run_id: str) -> tupl
         rows["gaps"].append(gaps)
         rows["chunks"].append(len(content_ts) if ok else None)
         completion = usage.get("completion_tokens") if usage else None
+        if isinstance(completion, int):
+            v.check(r.path, f"{w}response_outputs (usage.completion_tokens)", completion, v.TOKENS)
         estimated = ok and not isinstance(completion, int)
         any_estimated = any_estimated or estimated
         rows["out"].append(
@@ -191,6 +197,8 @@ def _experiment(r: Reader, exp: dict[str, Any], where: str, run_id: str) -> tupl
         )
         rows["est"].append(estimated)
         prompt = usage.get("prompt_tokens") if usage else None
+        if isinstance(prompt, int):
+            v.check(r.path, f"{w}response_outputs (usage.prompt_tokens)", prompt, v.TOKENS)
         rows["inp"].append(prompt if isinstance(prompt, int) else None)
     n = len(rows["status"])
     if n == 0:
@@ -226,7 +234,8 @@ def parse_raw(docs: list[Document], options: ImportOptions, clock: Clock) -> Par
         where = f"experiments[{index}]."
         exp = r.obj(e, f"experiments[{index}]")
         mode = r.opt_obj(exp, "experiment", where)
-        kind, value = mode.get("mode"), r.number(mode.get("value"), where + "experiment.value")
+        kind = mode.get("mode")
+        value = v.number(r, mode.get("value"), where + "experiment.value", v.MEASURE)
         load: dict[str, Any] = {}
         if kind == "concurrency" and value:
             load = {"arrival": "concurrency", "concurrency": int(value)}
@@ -256,7 +265,7 @@ def parse_raw(docs: list[Document], options: ImportOptions, clock: Clock) -> Par
         run.update(
             started_at=float(sent.min()), ended_at=float(done.max()) if done.notna().any() else None
         )
-        if run["ended_at"] is not None:
+        if run["ended_at"] is not None and run["ended_at"] > run["started_at"]:
             run["duration_s"] = run["ended_at"] - run["started_at"]
         notes = ["recomputed from perf_analyzer's raw timestamps (ns)"]
         if estimated:

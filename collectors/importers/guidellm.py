@@ -16,8 +16,10 @@ recomputed from the timestamps. The file has no per-token timestamps, so no toke
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+from . import validate as v
 from .base import Clock
 from .model import Document, ImportOptions, ParsedFile, ParsedRun
 from .parsing import Reader
@@ -90,10 +92,10 @@ def _dist(r: Reader, d: Any, key: str, factor: float) -> dict[str, float]:
     }
     out: dict[str, float] = {}
     for stat, value in stats.items():
-        num = r.finite(value, f"{key}.{stat}")
+        num = v.aggregate(r, value, f"{key}.{stat}", v.LATENCY)
         if num is not None:
             out[stat] = num * factor
-    count = r.finite(d.get("count"), f"{key}.count")
+    count = v.aggregate(r, d.get("count"), f"{key}.count", v.COUNT)
     if count is not None:
         out["count"] = count
     return out
@@ -114,20 +116,26 @@ def _tool(r: Reader, b: dict[str, Any], where: str) -> dict[str, Any]:
         ("total_token_throughput", "tokens_per_second"),
         ("concurrency", "request_concurrency"),
     ):
-        mean = r.finite(_dig(metrics, theirs, "successful", "mean"), f"{where}metrics.{theirs}")
+        mean = v.aggregate(
+            r, _dig(metrics, theirs, "successful", "mean"), f"{where}metrics.{theirs}", v.MEASURE
+        )
         if mean is not None:
             out[ours] = mean
     return out
 
 
-def _strategy(b: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+def _strategy(r: Reader, b: dict[str, Any], where: str) -> dict[str, Any]:
     strat = _first(_dig(b, "config", "strategy"), _dig(b, "args", "strategy"), _dig(b, "strategy"))
     if not isinstance(strat, dict):
         return {}
     kind = strat.get("type_") or strat.get("kind")
     out: dict[str, Any] = {"label": str(kind) if kind else None}
     rate = strat.get("rate")
+    if isinstance(rate, int | float) and not isinstance(rate, bool):
+        rate = v.number(r, rate, where + "strategy.rate", v.RATE)
     streams = _first(strat.get("streams"), strat.get("max_concurrency"))
+    if isinstance(streams, int | float) and not isinstance(streams, bool):
+        streams = v.integer(r, streams, where + "strategy.streams", v.COUNT)
     if kind == "synchronous":
         out.update(arrival="concurrency", concurrency=1)
     elif kind in ("concurrent", "throughput"):
@@ -136,9 +144,14 @@ def _strategy(b: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
             out["label"] = f"{kind} {int(streams)}"
         else:
             out["arrival"] = "concurrency"
-    elif kind in ("constant", "poisson") and isinstance(rate, int | float) and rate > 0:
+    elif kind in ("constant", "poisson") and isinstance(rate, int | float) and 0 < rate < math.inf:
         out.update(arrival=kind, target_rate=float(rate), label=f"{kind} {rate:g}/s")
     return out
+
+
+def _stamp(r: Reader, value: Any, key: str) -> float | None:
+    """An epoch-seconds timestamp of a request (finite; null = not given)."""
+    return v.number(r, value, key, v.TIMESTAMP)
 
 
 def _parse_requests(
@@ -157,7 +170,8 @@ def _parse_requests(
             w = f"{where}requests.{key}[{i}]."
             it = r.obj(item, w.rstrip("."))
             timings = _dig(it, "info", "timings") or {}
-            sent = r.number(
+            sent = _stamp(
+                r,
                 _first(
                     it.get("request_start_time"),
                     it.get("start_time"),
@@ -165,7 +179,8 @@ def _parse_requests(
                 ),
                 w + "request_start_time",
             )
-            first = r.number(
+            first = _stamp(
+                r,
                 _first(
                     it.get("first_token_time"),
                     _dig(timings, "first_token_iteration"),
@@ -173,39 +188,61 @@ def _parse_requests(
                 ),
                 w + "first_token_time",
             )
-            end = r.number(
+            end = _stamp(
+                r,
                 _first(
                     it.get("request_end_time"), it.get("end_time"), _dig(timings, "request_end")
                 ),
                 w + "request_end_time",
             )
             if sent is not None and first is not None:
-                ttft: float | None = (first - sent) * 1000.0
+                ttft: float | None = v.check(
+                    r.path,
+                    w.rstrip("."),
+                    (first - sent) * 1000.0,
+                    v.LATENCY,
+                    how="TTFT (first_token_time − request_start_time, ms)",
+                )
             else:
-                ttft = r.number(it.get("time_to_first_token_ms"), w + "time_to_first_token_ms")
+                ttft = v.number(
+                    r, it.get("time_to_first_token_ms"), w + "time_to_first_token_ms", v.LATENCY
+                )
                 ttft = ttft if ttft else None
             e2e: float | None = None
             if status == "ok":
                 if sent is not None and end is not None:
-                    e2e = (end - sent) * 1000.0
+                    e2e = v.check(
+                        r.path,
+                        w.rstrip("."),
+                        (end - sent) * 1000.0,
+                        v.LATENCY,
+                        how="E2E (request_end_time − request_start_time, ms)",
+                    )
                 else:
-                    lat = r.number(it.get("request_latency"), w + "request_latency")
+                    lat = v.number(r, it.get("request_latency"), w + "request_latency", v.LATENCY)
                     e2e = None if lat is None else lat * 1000.0
-            out_tokens = r.number(it.get("output_tokens"), w + "output_tokens")
+            out_tokens = v.number(r, it.get("output_tokens"), w + "output_tokens", v.TOKENS)
             rows["ttft"].append(ttft)
             rows["e2e"].append(e2e)
             rows["out"].append(out_tokens if status == "ok" else None)
             rows["inp"].append(
-                r.number(
-                    _first(it.get("prompt_tokens"), it.get("input_tokens")), w + "prompt_tokens"
+                v.number(
+                    r,
+                    _first(it.get("prompt_tokens"), it.get("input_tokens")),
+                    w + "prompt_tokens",
+                    v.TOKENS,
                 )
             )
             rows["status"].append(status)
             rows["sent"].append(sent)
             error = _first(_dig(it, "info", "error"), it.get("error"))
             rows["err"].append(None if error is None else str(error)[:500])
-            rows["conv"].append(_dig(it, "info", "conversation_id"))
-            rows["turn"].append(_dig(it, "info", "turn_index"))
+            rows["conv"].append(
+                r.text(_dig(it, "info", "conversation_id"), w + "info.conversation_id")
+            )
+            rows["turn"].append(
+                v.integer(r, _dig(it, "info", "turn_index"), w + "info.turn_index", v.INDEX)
+            )
     n = len(rows["status"])
     counted: dict[str, int] = {}
     totals = _first(b.get("request_totals"), _dig(b, "metrics", "request_totals"))
@@ -213,7 +250,9 @@ def _parse_requests(
         for key, _ in STATUSES:
             value = totals.get(key)
             if isinstance(value, int | float) and not isinstance(value, bool):
-                counted[key] = int(value)
+                count = v.aggregate(r, value, f"{where}request_totals.{key}", v.COUNT)
+                if count is not None:
+                    counted[key] = int(count)
     if n == 0:
         return None, listed, counted
     frame = requests_frame(
@@ -247,22 +286,26 @@ def parse(docs: list[Document], options: ImportOptions, clock: Clock) -> ParsedF
     for index, bench in enumerate(benchmarks):
         where = f"benchmarks[{index}]."
         b = r.obj(bench, f"benchmarks[{index}]")
-        strat = _strategy(b, top)
-        start = r.finite(
+        strat = _strategy(r, b, where)
+        start = v.number(
+            r,
             _first(
                 b.get("start_time"),
                 _dig(b, "run_stats", "start_time"),
                 _dig(b, "scheduler_metrics", "measure_start_time"),
             ),
             where + "start_time",
+            v.TIMESTAMP,
         )
-        end = r.finite(
+        end = v.number(
+            r,
             _first(
                 b.get("end_time"),
                 _dig(b, "run_stats", "end_time"),
                 _dig(b, "scheduler_metrics", "measure_end_time"),
             ),
             where + "end_time",
+            v.TIMESTAMP,
         )
         model = _first(
             _dig(b, "worker", "backend_model"), _dig(b, "config", "backend", "model"), model_top
@@ -285,7 +328,7 @@ def parse(docs: list[Document], options: ImportOptions, clock: Clock) -> ParsedF
             target_rate=strat.get("target_rate"),
             started_at=start,
             ended_at=end,
-            duration_s=r.finite(b.get("duration"), where + "duration"),
+            duration_s=v.number(r, b.get("duration"), where + "duration", v.DURATION),
             client_params={
                 "guidellm_schema": gen,
                 "guidellm_version": version,
@@ -293,6 +336,8 @@ def parse(docs: list[Document], options: ImportOptions, clock: Clock) -> ParsedF
             },
         )
         requests, listed, counted = _parse_requests(r, b, where, run["run_id"])
+        raw_warnings = b.get("warnings")
+        listed_warnings = raw_warnings if isinstance(raw_warnings, list) else []
         sampled = any(listed.get(k, 0) < counted.get(k, 0) for k in counted)
         tool = {
             "format": NAME,
@@ -303,7 +348,7 @@ def parse(docs: list[Document], options: ImportOptions, clock: Clock) -> ParsedF
             "requests_counted": counted,
             "metrics": _tool(r, b, where),
             "definitions": DEFINITIONS,
-            "warnings": [w.get("message") for w in b.get("warnings") or [] if isinstance(w, dict)],
+            "warnings": [w.get("message") for w in listed_warnings if isinstance(w, dict)],
         }
         notes: list[str] = []
         warnings: list[str] = []

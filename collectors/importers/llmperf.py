@@ -10,10 +10,12 @@ time over tokens including TTFT — not our pooled ITL; the run has no token gap
 from __future__ import annotations
 
 import ast
+import math
 import re
 from pathlib import PurePath
 from typing import Any
 
+from . import validate as v
 from .base import Clock
 from .model import Document, ImportOptions, ParsedFile, ParsedRun
 from .parsing import Reader, scalars
@@ -69,22 +71,25 @@ def _summary_metrics(r: Reader, s: dict[str, Any]) -> dict[str, Any]:
             ("max", "max"),
             ("std", "stddev"),
         ):
-            num = r.finite(s.get(f"results_{m}_{key}"), f"results_{m}_{key}")
+            num = v.aggregate(r, s.get(f"results_{m}_{key}"), f"results_{m}_{key}", v.LATENCY)
             if num is not None:
                 stats[stat] = num * 1000.0
         if stats:
             out[ours] = summary_entry(**stats)
-    for ours, key in (
-        ("output_throughput", "results_mean_output_throughput_token_per_s"),
-        ("completed", "results_num_completed_requests"),
-        ("failed", "results_number_errors"),
-        ("error_rate", "results_error_rate"),
+    for ours, key, bound in (
+        ("output_throughput", "results_mean_output_throughput_token_per_s", v.MEASURE),
+        ("completed", "results_num_completed_requests", v.COUNT),
+        ("failed", "results_number_errors", v.COUNT),
+        ("error_rate", "results_error_rate", v.MEASURE),
     ):
-        num = r.finite(s.get(key), key)
+        num = v.aggregate(r, s.get(key), key, bound)
         if num is not None:
             out[ours] = num
-    per_min = r.finite(
-        s.get("results_num_completed_requests_per_min"), "results_num_completed_requests_per_min"
+    per_min = v.aggregate(
+        r,
+        s.get("results_num_completed_requests_per_min"),
+        "results_num_completed_requests_per_min",
+        v.MEASURE,
     )
     if per_min is not None:
         out["request_throughput"] = per_min / 60.0
@@ -106,17 +111,31 @@ def _error_codes(r: Reader, value: Any) -> dict[str, int]:
             ) from None
     if not isinstance(parsed, dict):
         raise r.fail("results_error_code_frequency", f"expected a dict but found {parsed!r:.40}")
-    return {str(int(k)) if isinstance(k, float) else str(k): int(v) for k, v in parsed.items()}
+    out: dict[str, int] = {}
+    for code, count in parsed.items():
+        n = v.integer(r, count, f"results_error_code_frequency[{code!r}]", v.COUNT)
+        if n is None:
+            continue
+        whole = isinstance(code, float) and math.isfinite(code) and code.is_integer()
+        out[str(int(code)) if whole else str(code)] = n
+    return out
 
 
 def _run_fields(r: Reader, s: dict[str, Any]) -> dict[str, Any]:
-    ended = r.finite(s.get("timestamp"), "timestamp")
-    completed = r.finite(s.get("results_num_completed_requests"), "results_num_completed_requests")
-    per_min = r.finite(
-        s.get("results_num_completed_requests_per_min"), "results_num_completed_requests_per_min"
+    ended = v.number(r, s.get("timestamp"), "timestamp", v.TIMESTAMP)
+    completed = v.aggregate(
+        r, s.get("results_num_completed_requests"), "results_num_completed_requests", v.COUNT
+    )
+    per_min = v.aggregate(
+        r,
+        s.get("results_num_completed_requests_per_min"),
+        "results_num_completed_requests_per_min",
+        v.MEASURE,
     )
     duration = completed / (per_min / 60.0) if completed and per_min else None
-    conc = r.integer(s.get("num_concurrent_requests"), "num_concurrent_requests")
+    if duration is not None and not math.isfinite(duration):
+        duration = None  # a rate so small that the quotient overflows: not a duration
+    conc = v.integer(r, s.get("num_concurrent_requests"), "num_concurrent_requests", v.COUNT)
     return {
         "model": r.text(s.get("model"), "model"),
         "framework": r.text(s.get("framework"), "framework"),
@@ -174,22 +193,31 @@ def parse(docs: list[Document], options: ImportOptions, clock: Clock) -> ParsedF
     for i, item in enumerate(items):
         where = f"[{i}]."
         it = r.obj(item, f"[{i}]")
-        code = r.number(it.get("error_code"), where + "error_code")
+        code = v.number(r, it.get("error_code"), where + "error_code", v.CODE)
         msg = r.text(it.get("error_msg"), where + "error_msg")
         failed = code is not None or bool(msg)
         status.append("error" if failed else "ok")
         errors.append((msg or f"error code {code:g}") if failed else None)
         http.append(code)
-        t = r.number(r.require(it, "ttft_s", where), where + "ttft_s")
-        e = r.number(r.require(it, "end_to_end_latency_s", where), where + "end_to_end_latency_s")
+        t = v.number(r, r.require(it, "ttft_s", where), where + "ttft_s", v.LATENCY)
+        e = v.number(
+            r,
+            r.require(it, "end_to_end_latency_s", where),
+            where + "end_to_end_latency_s",
+            v.LATENCY,
+        )
         ttft.append(None if failed or t is None else t * 1000.0)
         e2e.append(None if failed or e is None else e * 1000.0)
         out_tok.append(
             None
             if failed
-            else r.number(it.get("number_output_tokens"), where + "number_output_tokens")
+            else v.number(
+                r, it.get("number_output_tokens"), where + "number_output_tokens", v.TOKENS
+            )
         )
-        in_tok.append(r.number(it.get("number_input_tokens"), where + "number_input_tokens"))
+        in_tok.append(
+            v.number(r, it.get("number_input_tokens"), where + "number_input_tokens", v.TOKENS)
+        )
     notes.insert(
         0, "token counts use llmperf's llama tokenizer, not the model's; no token gaps in the file"
     )

@@ -4,10 +4,12 @@ shape, their two-table CSV, unit conversion and run metadata from ``input_config
 from __future__ import annotations
 
 import calendar
+import math
 import re
 import time
-from typing import Any
+from typing import Any, TypeGuard
 
+from . import validate as v
 from .base import Clock
 from .model import Document, ImportOptions, ParsedFile, ParsedRun
 from .parsing import Reader
@@ -67,14 +69,15 @@ def normalise_metrics(r: Reader, metrics: dict[str, dict[str, Any]], tool: str) 
         factor = to_ms(r, m.get("unit"), theirs)
         stats = {}
         for stat in ("avg", "p50", "p90", "p95", "p99", "min", "max", "std"):
-            num = r.finite(m.get(stat), f"{theirs}.{stat}")
+            num = v.aggregate(r, m.get(stat), f"{theirs}.{stat}", v.LATENCY)
             if num is not None:
                 stats["mean" if stat == "avg" else stat] = num * factor
         out[ours] = summary_entry(**stats)
     for ours, theirs in RATE_METRICS.items():
         m = metrics.get(theirs)
         if m is not None:
-            num = r.finite(m.get("avg"), f"{theirs}.avg")
+            bound = v.COUNT if ours == "completed" else v.MEASURE
+            num = v.aggregate(r, m.get("avg"), f"{theirs}.avg", bound)
             if num is not None:
                 out[ours] = num
     return out
@@ -194,11 +197,16 @@ def config_fields(cfg: Any) -> dict[str, Any]:
         out["model"] = model
     if isinstance(endpoint, str) and "@" not in endpoint:
         out["endpoint"] = endpoint
-    if isinstance(conc, int | float) and not isinstance(conc, bool) and conc > 0:
+    # a configuration, not a measurement: a value out of range is left out (never stored)
+    if _positive(conc) and conc <= v.INT32_MAX:
         out.update(concurrency=int(conc), arrival="concurrency")
-    elif isinstance(rate, int | float) and not isinstance(rate, bool) and rate > 0:
+    elif _positive(rate):
         out.update(target_rate=float(rate), arrival="poisson")
     return out
+
+
+def _positive(value: Any) -> TypeGuard[float]:
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < math.inf
 
 
 def summary_only_file(

@@ -58,9 +58,23 @@ def load_document(src: Source) -> Document:
     suffix = PurePath(src.path).suffix.lower()
     if suffix in {".yaml", ".yml"} or stripped.startswith("---"):
         return _load_yaml(src, text)
-    if stripped[:1] in "{[":
+    if stripped[:1] in "{[" or _json_scalar(stripped):
         return _load_json(src, text)
     return _load_csv(src, text)
+
+
+_SCALAR_START = ("null", "true", "false", "NaN", "Infinity", "-Infinity", '"')
+
+
+def _json_scalar(text: str) -> bool:
+    """Whether ``text`` is one JSON scalar (``null``, a number, a string …), not a table."""
+    if not text.startswith(_SCALAR_START) and not text[:1].isdigit() and text[:1] != "-":
+        return False
+    try:
+        json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        return False
+    return True
 
 
 @contextlib.contextmanager
@@ -107,6 +121,14 @@ def _load_json(src: Source, text: str) -> Document:
         raise ImportFormatError(
             src.path, "JSON nested too deeply; expected a result file"
         ) from None
+    if not isinstance(value, dict | list):
+        found = json.dumps(value)
+        found = found if len(found) <= 40 else found[:39] + "…"
+        raise ImportFormatError(
+            src.path,
+            f"valid JSON, but the whole document is {found}; expected an object or a list "
+            "of results (a result file)",
+        )
     return Document(source=src, kind="json", objects=[(1, value)])
 
 
@@ -142,6 +164,12 @@ def _load_yaml(src: Source, text: str) -> Document:
         raise ImportFormatError(
             src.path, f"{where}invalid YAML ({problem}); expected a YAML mapping"
         ) from None
+    if not isinstance(value, dict | list):
+        raise ImportFormatError(
+            src.path,
+            f"valid YAML, but the whole document is {_describe(value)}; expected a mapping "
+            "or a list of results (a result file)",
+        )
     return Document(source=src, kind="yaml", objects=[(1, value)])
 
 
@@ -212,8 +240,10 @@ class Reader:
             raise self.fail(key, "expected a number but found null")
         if isinstance(value, bool):
             raise self.fail(key, f"expected a number but found {_describe(value)}")
-        if isinstance(value, int | float):
-            return float(value)
+        if isinstance(value, float):
+            return value
+        if isinstance(value, int):
+            return self._int_as_float(value, key)
         if isinstance(value, str):
             s = value.strip().replace(",", "")
             if s.upper() in {"N/A", "NA", "", "NONE", "NULL"}:
@@ -223,6 +253,14 @@ class Reader:
             except ValueError:
                 pass
         raise self.fail(key, f"expected a number but found {_describe(value)}")
+
+    def _int_as_float(self, value: int, key: str) -> float:
+        try:
+            return float(value)
+        except OverflowError:  # beyond ~1.8e308: JSON allows it, no float holds it
+            raise self.fail(
+                key, f"expected a number but found an integer of {value.bit_length()} bits"
+            ) from None
 
     def finite(self, value: Any, key: str) -> float | None:
         """A number, with ``inf`` and ``NaN`` read as "not given" (None)."""
@@ -265,7 +303,10 @@ class Reader:
         """``numbers`` as a float64 array (null → NaN); one C-level pass when all are numbers."""
         items = self.array(value, key, length)
         if all(type(v) is float or type(v) is int for v in items):
-            return np.array(items, dtype="float64")
+            try:
+                return np.array(items, dtype="float64")
+            except OverflowError:  # an integer beyond float range: named below
+                pass
         return np.array(
             [np.nan if v is None else v for v in self.numbers(items, key)], dtype="float64"
         )
@@ -277,8 +318,8 @@ class Reader:
         for i, item in enumerate(items):
             if item is None:
                 out.append(None)
-            elif isinstance(item, int | float) and not isinstance(item, bool):
-                out.append(float(item))
+            elif type(item) is float:
+                out.append(item)
             else:
                 out.append(self.number(item, f"{key}[{i}]"))
         return out

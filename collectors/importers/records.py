@@ -64,8 +64,10 @@ def base_run(
         run["gpu_name"] = options.gpu_name
     if options.gpu_count is not None:
         run["gpu_count"] = options.gpu_count
-    if run.get("started_at") is not None and run.get("ended_at") is not None:
-        run.setdefault("duration_s", run["ended_at"] - run["started_at"])
+    started, ended = run.get("started_at"), run.get("ended_at")
+    if started is not None and ended is not None and ended > started:
+        # an end before the start is refused by validate.check_parsed, naming the run
+        run.setdefault("duration_s", ended - started)
     return run
 
 

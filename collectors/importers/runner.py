@@ -21,6 +21,7 @@ from .base import Clock, Format, default_clock
 from .model import Document, ImportOptions, ParsedFile, Source
 from .parsing import gc_paused, load_document
 from .registry import FORMATS, detect, get_format
+from .validate import check_parsed
 
 if TYPE_CHECKING:
     from store.db import Store
@@ -193,11 +194,20 @@ def parse_sources(
         report = FileReport(path=label, format=fmt.name, warnings=list(notes))
         try:
             parsed = fmt.parse(docs, options, clock)
+            check_parsed(parsed)  # every value against its bound: the store never refuses one
         except ImportFormatError as exc:
             report.error = _one_line(str(exc))
             out.append((report, None))
             continue
-        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
+        except (
+            ValueError,
+            TypeError,
+            KeyError,
+            IndexError,
+            AttributeError,
+            ArithmeticError,
+            RecursionError,
+        ) as exc:
             # a shape no check anticipated: still one line, naming the file
             msg = f"unexpected structure ({type(exc).__name__}: {exc})"
             report.error = _one_line(str(ImportFormatError(docs[0].source.path, msg)))

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
+from . import validate as v
 from .base import Clock
 from .model import Document, ImportOptions, ParsedFile, ParsedRun
 from .parsing import Reader, scalars
-from .records import base_run, gaps_frame, requests_frame, summary_entry
+from .records import base_run, gap_sums, gaps_frame_from_arrays, requests_frame, summary_entry
 
 NAME = "sglang-bench"
 PER_REQUEST_KEYS = ("input_lens", "output_lens", "ttfts", "itls", "generated_texts", "errors")
@@ -48,23 +51,23 @@ def _tool_metrics(r: Reader, o: dict[str, Any], where: str) -> dict[str, Any]:
         for key, value in o.items():
             suffix = f"_{m}_ms"
             if key.endswith(suffix) and not isinstance(value, dict | list):
-                num = r.finite(value, where + key)
+                num = v.aggregate(r, value, where + key, v.LATENCY)
                 stat = key[: -len(suffix)]
                 if num is not None:
                     entry["p50" if stat == "median" else stat] = num
         if entry:
             out[ours] = summary_entry(**entry)
-    for ours, key in (
-        ("request_throughput", "request_throughput"),
-        ("output_throughput", "output_throughput"),
-        ("input_throughput", "input_throughput"),
-        ("duration_s", "duration"),
-        ("completed", "completed"),
-        ("total_input_tokens", "total_input_tokens"),
-        ("total_output_tokens", "total_output_tokens"),
-        ("concurrency", "concurrency"),
+    for ours, key, bound in (
+        ("request_throughput", "request_throughput", v.MEASURE),
+        ("output_throughput", "output_throughput", v.MEASURE),
+        ("input_throughput", "input_throughput", v.MEASURE),
+        ("duration_s", "duration", v.DURATION),
+        ("completed", "completed", v.COUNT),
+        ("total_input_tokens", "total_input_tokens", v.COUNT),
+        ("total_output_tokens", "total_output_tokens", v.COUNT),
+        ("concurrency", "concurrency", v.MEASURE),
     ):
-        num = r.finite(o.get(key), where + key)
+        num = v.aggregate(r, o.get(key), where + key, bound)
         if num is not None:
             out[ours] = num
     return out
@@ -79,11 +82,11 @@ def _parse_run(
     o = r.obj(obj, f"{where}(run)")
     for key in ("backend", "completed"):
         r.require(o, key, where)
-    completed = r.integer(o["completed"], where + "completed")
-    rate = r.number(o.get("request_rate"), where + "request_rate")
-    finite_rate = r.finite(o.get("request_rate"), where + "request_rate")
-    max_conc = r.integer(o.get("max_concurrency"), where + "max_concurrency")
-    duration = r.finite(o.get("duration"), where + "duration")
+    completed = v.integer(r, o["completed"], where + "completed", v.COUNT)
+    rate = v.number(r, o.get("request_rate"), where + "request_rate", v.RATE)
+    finite_rate = rate if rate is not None and rate != float("inf") else None
+    max_conc = v.integer(r, o.get("max_concurrency"), where + "max_concurrency", v.COUNT)
+    duration = v.number(r, o.get("duration"), where + "duration", v.DURATION)
     backend = r.text(o.get("backend"), where + "backend")
     detailed = "ttfts" in o
     if finite_rate is not None:
@@ -138,55 +141,47 @@ def _parse_run(
         )
         return ParsedRun(run=run, warnings=["aggregates only"])
 
-    ttfts = r.numbers(o["ttfts"], where + "ttfts")
+    path = src.path
+
+    def column(key: str, bound: v.Bound, length: int | None) -> np.ndarray:
+        values = r.float_array(r.require(o, key, where), where + key, length)
+        return v.check_array(path, where + key, values, bound)
+
+    ttfts = column("ttfts", v.LATENCY, None)
     n = len(ttfts)
-    itls_raw = r.array(r.require(o, "itls", where), where + "itls", n)
-    itls: list[list[float]] = []
-    for i, gaps in enumerate(itls_raw):
-        nums = r.numbers(gaps, f"{where}itls[{i}]")
-        itls.append([g for g in nums if g is not None])
-    out_lens = r.numbers(r.require(o, "output_lens", where), where + "output_lens", n)
-    in_lens = r.numbers(o["input_lens"], where + "input_lens", n) if "input_lens" in o else None
+    gap_values, gap_counts = v.gap_lists(r, r.require(o, "itls", where), where + "itls", n)
+    out_lens = column("output_lens", v.TOKENS, n)
+    in_lens = column("input_lens", v.TOKENS, n) if "input_lens" in o else None
     errors_raw = r.array(o["errors"], where + "errors", n) if "errors" in o else None
-    status: list[str] = []
-    errors: list[str | None] = []
-    ttft_ms: list[float | None] = []
-    e2e_ms: list[float | None] = []
-    for i in range(n):
-        err = errors_raw[i] if errors_raw is not None else None
-        err_text = str(err) if err not in (None, "") else None
-        t = ttfts[i]
-        failed = err_text is not None or (errors_raw is None and not t and not itls[i])
-        status.append("error" if failed else "ok")
-        errors.append(err_text if failed else None)
-        if failed or t is None:
-            ttft_ms.append(None)
-            e2e_ms.append(None)
-        else:
-            ttft_ms.append(t * 1000.0)
-            e2e_ms.append((t + sum(itls[i])) * 1000.0)
+    if errors_raw is not None:
+        errors = [None if e in (None, "") else str(e) for e in errors_raw]
+        failed = np.fromiter((e is not None for e in errors), dtype=bool, count=n)
+    else:
+        errors = [None] * n
+        failed = (np.isnan(ttfts) | (ttfts == 0)) & (gap_counts == 0)
+    # a NaN TTFT (not measured) leaves the request's TTFT and E2E NULL
+    ttft_ms = np.where(failed, np.nan, ttfts * 1000.0)
+    e2e_ms = np.where(failed, np.nan, (ttfts + gap_sums(gap_values, gap_counts)) * 1000.0)
+    ok_count = int((~failed).sum())
     notes = [E2E_NOTE]
-    if completed is not None and status.count("ok") != completed:
-        notes.append(
-            f"{status.count('ok')} ok requests in the arrays; the file says completed={completed}"
-        )
+    if completed is not None and ok_count != completed:
+        notes.append(f"{ok_count} ok requests in the arrays; the file says completed={completed}")
     run_id = run["run_id"]
     requests = requests_frame(
         run_id,
         n,
         ttft_ms=ttft_ms,
         e2e_ms=e2e_ms,
-        output_tokens=[None if s == "error" else v for s, v in zip(status, out_lens, strict=True)],
+        output_tokens=np.where(failed, np.nan, out_lens),
         input_tokens=in_lens,
-        status=status,
+        status=np.where(failed, "error", "ok").astype(object),
         error=errors,
-        chunks=[len(g) + 1 if s == "ok" else None for s, g in zip(status, itls, strict=True)],
+        chunks=np.where(failed, np.nan, gap_counts + 1.0),
     )
+    gaps = gaps_frame_from_arrays(run_id, gap_values, gap_counts, scale_to_ms=1000.0)
     run["tool_summary"] = tool
     run["notes"] = "; ".join(notes)
-    return ParsedRun(
-        run=run, requests=requests, token_gaps=gaps_frame(run_id, itls, scale_to_ms=1000.0)
-    )
+    return ParsedRun(run=run, requests=requests, token_gaps=gaps)
 
 
 def parse(docs: list[Document], options: ImportOptions, clock: Clock) -> ParsedFile:

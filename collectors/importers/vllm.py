@@ -10,17 +10,18 @@ files (one JSON object per line) give one run each.
 from __future__ import annotations
 
 import calendar
+import math
 import time
 from typing import Any
 
 import numpy as np
 
+from . import validate as v
 from .base import Clock
 from .model import Document, ImportOptions, ParsedFile, ParsedRun
 from .parsing import Reader, scalars
 from .records import (
     base_run,
-    flatten_gaps,
     gap_sums,
     gaps_frame_from_arrays,
     requests_frame,
@@ -88,25 +89,30 @@ def _tool_metrics(r: Reader, obj: dict[str, Any], where: str) -> dict[str, Any]:
             if not (key.endswith(f"_{m}_ms") and isinstance(value, int | float | str)):
                 continue
             stat = key[: -len(f"_{m}_ms")]
-            num = r.finite(value, where + key)
+            num = v.aggregate(r, value, where + key, v.LATENCY)
             if num is None:
                 continue
             entry["p50" if stat == "median" else stat] = num
         if entry:
             out[ours] = summary_entry(**entry)
     goodput = obj.get("request_goodput", obj.get("request_goodput:"))
-    for ours, key, val in (
-        ("request_throughput", "request_throughput", obj.get("request_throughput")),
-        ("output_throughput", "output_throughput", obj.get("output_throughput")),
-        ("total_token_throughput", "total_token_throughput", obj.get("total_token_throughput")),
-        ("request_goodput", "request_goodput", goodput),
-        ("duration_s", "duration", obj.get("duration")),
-        ("completed", "completed", obj.get("completed")),
-        ("failed", "failed", obj.get("failed")),
-        ("total_input_tokens", "total_input_tokens", obj.get("total_input_tokens")),
-        ("total_output_tokens", "total_output_tokens", obj.get("total_output_tokens")),
+    for ours, key, val, bound in (
+        ("request_throughput", "request_throughput", obj.get("request_throughput"), v.MEASURE),
+        ("output_throughput", "output_throughput", obj.get("output_throughput"), v.MEASURE),
+        (
+            "total_token_throughput",
+            "total_token_throughput",
+            obj.get("total_token_throughput"),
+            v.MEASURE,
+        ),
+        ("request_goodput", "request_goodput", goodput, v.MEASURE),
+        ("duration_s", "duration", obj.get("duration"), v.DURATION),
+        ("completed", "completed", obj.get("completed"), v.COUNT),
+        ("failed", "failed", obj.get("failed"), v.COUNT),
+        ("total_input_tokens", "total_input_tokens", obj.get("total_input_tokens"), v.COUNT),
+        ("total_output_tokens", "total_output_tokens", obj.get("total_output_tokens"), v.COUNT),
     ):
-        num = r.finite(val, where + key)
+        num = v.aggregate(r, val, where + key, bound)
         if num is not None:
             out[ours] = num
     return out
@@ -119,12 +125,12 @@ def _parse_run(
     r = Reader(src.path)
     where = f"line {line}: " if doc.kind == "jsonl" else ""
     o = r.obj(obj, f"{where}(run)")
-    num_prompts = r.integer(r.require(o, "num_prompts", where), where + "num_prompts")
-    rate = r.number(o.get("request_rate"), where + "request_rate")
-    finite_rate = rate if rate is not None and np.isfinite(rate) else None
-    burstiness = r.finite(o.get("burstiness"), where + "burstiness")
-    max_conc = r.integer(o.get("max_concurrency"), where + "max_concurrency")
-    duration = r.finite(o.get("duration"), where + "duration")
+    num_prompts = v.integer(r, r.require(o, "num_prompts", where), where + "num_prompts", v.COUNT)
+    rate = v.number(r, o.get("request_rate"), where + "request_rate", v.RATE)
+    finite_rate = rate if rate is not None and math.isfinite(rate) else None
+    burstiness = v.number(r, o.get("burstiness"), where + "burstiness", v.POSITIVE)
+    max_conc = v.integer(r, o.get("max_concurrency"), where + "max_concurrency", v.COUNT)
+    duration = v.number(r, o.get("duration"), where + "duration", v.DURATION)
     backend = r.text(o.get("backend", o.get("endpoint_type")), where + "backend")
     ended = _date_epoch(o.get("date"))
     started = ended - duration if ended is not None and duration is not None else None
@@ -189,34 +195,27 @@ def _parse_run(
         run["notes"] = "; ".join(notes)
         return ParsedRun(run=run, warnings=["aggregates only (no per-request data)"])
 
-    ttfts = r.float_array(o["ttfts"], where + "ttfts")
+    path = src.path
+    ttfts = v.check_array(
+        path, where + "ttfts", r.float_array(o["ttfts"], where + "ttfts"), v.LATENCY
+    )
     n = len(ttfts)
     if num_prompts is not None and n != num_prompts:
         notes.append(f"{n} per-request entries for num_prompts={num_prompts}")
-    itls_raw = r.array(r.require(o, "itls", where), where + "itls", n)
-    for i, gaps in enumerate(itls_raw):
-        if not isinstance(gaps, list):
-            raise r.fail(
-                f"{where}itls[{i}]", f"expected an array of seconds but found {type(gaps).__name__}"
-            )
-    itls: list[list[float]] = itls_raw
-    try:
-        gap_values, gap_counts = flatten_gaps(itls)
-    except (TypeError, ValueError):
-        for i, lst in enumerate(itls):
-            for j, g in enumerate(lst):
-                if not isinstance(g, int | float) or isinstance(g, bool):
-                    raise r.fail(
-                        f"{where}itls[{i}][{j}]", f"expected a number (seconds) but found {g!r:.30}"
-                    ) from None
-        raise
-    out_lens = r.float_array(r.require(o, "output_lens", where), where + "output_lens", n)
-    in_lens = r.float_array(o["input_lens"], where + "input_lens", n) if "input_lens" in o else None
+    gap_values, gap_counts = v.gap_lists(r, r.require(o, "itls", where), where + "itls", n)
+
+    def column(key: str, bound: v.Bound) -> np.ndarray | None:
+        if key not in o:
+            return None
+        return v.check_array(path, where + key, r.float_array(o[key], where + key, n), bound)
+
+    r.require(o, "output_lens", where)
+    out_lens = column("output_lens", v.TOKENS)
+    assert out_lens is not None
+    in_lens = column("input_lens", v.TOKENS)
     errors_raw = r.array(o["errors"], where + "errors", n) if "errors" in o else None
-    latencies = r.float_array(o["latencies"], where + "latencies", n) if "latencies" in o else None
-    starts = (
-        r.float_array(o["start_times"], where + "start_times", n) if "start_times" in o else None
-    )
+    latencies = column("latencies", v.LATENCY)
+    starts = column("start_times", v.TIMESTAMP)
 
     # one pass per column, no Python loop per request beyond reading the error texts
     if errors_raw is not None:
@@ -226,6 +225,17 @@ def _parse_run(
         errors = [None] * n
         no_ttft = np.isnan(ttfts) | (ttfts == 0)
         failed = no_ttft & (gap_counts == 0)
+    if latencies is not None:
+        # a failed request may have its first token and no latency (vLLM leaves it 0)
+        with np.errstate(invalid="ignore"):
+            shorter = (latencies < ttfts) & ~failed  # False where either is NaN
+        if shorter.any():
+            i = int(np.argmax(shorter))
+            raise r.fail(
+                f"{where}latencies[{i}]",
+                f"found {latencies[i]:.6g}, shorter than ttfts[{i}] = {ttfts[i]:.6g}; "
+                "expected a request to end after its first token",
+            )
     status = np.where(failed, "error", "ok").astype(object)
     ttft_ms = np.where(failed, np.nan, ttfts * 1000.0)
     if latencies is None:

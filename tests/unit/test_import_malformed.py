@@ -31,7 +31,158 @@ def _vllm(**changes: object) -> str:
     return json.dumps(doc)
 
 
+NAN, INF = float("nan"), float("inf")
+SGLANG_LINE = json.loads((LOCAL / "sglang" / "output_details.jsonl").read_text().splitlines()[0])
+LLMPERF = [
+    {
+        "error_code": None,
+        "error_msg": "",
+        "ttft_s": 0.1,
+        "end_to_end_latency_s": 0.5,
+        "number_output_tokens": 10,
+        "number_input_tokens": 100,
+    }
+] * 2
+T0 = 1_735_689_600_000_000_000  # epoch ns
+
+
+def _sglang(**changes: object) -> bytes:
+    return (json.dumps({**SGLANG_LINE, **changes}) + "\n").encode()
+
+
+def _llmperf(**changes: object) -> bytes:
+    return json.dumps([{**LLMPERF[0], **changes}, LLMPERF[1]]).encode()
+
+
+def _aiperf_record(start: int, end: int) -> bytes:
+    record = {
+        "metadata": {"request_start_ns": start, "request_end_ns": end},
+        "metrics": {"time_to_first_token": {"value": 100.0, "unit": "ms"}},
+        "error": None,
+    }
+    return (json.dumps(record) + "\n").encode()
+
+
+def _guidellm(first_token_time: float) -> bytes:
+    request = {"start_time": 1e9, "first_token_time": first_token_time, "end_time": 1e9 + 1}
+    bench = {"type_": "generative_benchmark", "metrics": {}, "requests": {"successful": [request]}}
+    return json.dumps({"benchmarks": [bench]}).encode()
+
+
+def _genai_raw(stamps: list[int]) -> bytes:
+    request = {"timestamp": T0, "response_timestamps": stamps, "response_outputs": []}
+    return json.dumps({"experiments": [{"requests": [request]}]}).encode()
+
+
+# impossible values (issue 10 item 4): refused, naming the key and the index
+IMPOSSIBLE: dict[str, tuple[bytes, str]] = {
+    "vllm NaN gap": (
+        _vllm(itls=[[0.01, NAN, 0.03], [0.02, 0.02], [0.04], []]).encode(),
+        "key 'itls[0][1]': found NaN; expected an inter-token gap",
+    ),
+    "vllm null gap": (
+        _vllm(itls=[[0.01, 0.02, 0.03], [0.02, None], [0.04], []]).encode(),
+        "key 'itls[1][1]': found NaN",
+    ),
+    "vllm negative gap": (
+        _vllm(itls=[[0.01, 0.02, 0.03], [0.02, -0.02], [0.04], []]).encode(),
+        "key 'itls[1][1]': found -0.02",
+    ),
+    "vllm huge output length": (
+        _vllm(output_lens=[4, 3e9, 2, 0]).encode(),
+        "key 'output_lens[1]': found 3000000000; expected a token count, a whole number ≥ 0 "
+        "and < 2^31",
+    ),
+    "vllm negative output length": (
+        _vllm(output_lens=[4, 3, -2, 0]).encode(),
+        "key 'output_lens[2]': found -2",
+    ),
+    "vllm fractional input length": (
+        _vllm(input_lens=[100, 100.5, 100, 50]).encode(),
+        "key 'input_lens[1]': found 100.5",
+    ),
+    "vllm integer beyond float": (
+        _vllm(input_lens=[100, 10**400, 100, 50]).encode(),
+        "key 'input_lens[1]': expected a number but found an integer of 1329 bits",
+    ),
+    "vllm negative ttft": (
+        _vllm(ttfts=[-0.1, 0.2, 0.05, 0.0]).encode(),
+        "key 'ttfts[0]': found -0.1; expected a latency",
+    ),
+    "vllm infinite ttft": (
+        _vllm(ttfts=[0.1, INF, 0.05, 0.0]).encode(),
+        "key 'ttfts[1]': found inf",
+    ),
+    "vllm minus infinite ttft": (
+        _vllm(ttfts=[0.1, 0.2, -INF, 0.0]).encode(),
+        "key 'ttfts[2]': found -inf",
+    ),
+    "vllm negative e2e": (
+        _vllm(latencies=[0.16, -0.24, 0.09, 0.0]).encode(),
+        "key 'latencies[1]': found -0.24",
+    ),
+    "vllm e2e shorter than ttft": (
+        _vllm(latencies=[0.05, 0.24, 0.09, 0.0]).encode(),
+        "key 'latencies[0]': found 0.05, shorter than ttfts[0] = 0.1",
+    ),
+    "vllm negative duration": (_vllm(duration=-2.0).encode(), "key 'duration': found -2"),
+    "vllm zero duration": (_vllm(duration=0).encode(), "key 'duration': found 0"),
+    "vllm negative rate": (_vllm(request_rate=-1).encode(), "key 'request_rate': found -1"),
+    "vllm minus inf rate": (_vllm(request_rate="-inf").encode(), "key 'request_rate': found -inf"),
+    "vllm infinite start time": (
+        _vllm(start_times=[5000.0, INF, 5001.0, 5001.25]).encode(),
+        "key 'start_times[1]': found inf; expected a timestamp",
+    ),
+    "vllm negative aggregate": (
+        _vllm(mean_ttft_ms=-5.0).encode(),
+        "key 'mean_ttft_ms': found -5",
+    ),
+    "sglang NaN gap": (
+        _sglang(itls=[[0.01, NAN], [0.03]]),
+        "key 'line 1: itls[0][1]': found NaN",
+    ),
+    "sglang negative output length": (
+        _sglang(output_lens=[3, -2]),
+        "key 'line 1: output_lens[1]': found -2",
+    ),
+    "sglang negative duration": (
+        _sglang(duration=-1.5),
+        "key 'line 1: duration': found -1.5",
+    ),
+    "llmperf negative ttft": (_llmperf(ttft_s=-0.1), "key '[0].ttft_s': found -0.1"),
+    "llmperf infinite e2e": (
+        _llmperf(end_to_end_latency_s=INF),
+        "key '[0].end_to_end_latency_s': found inf",
+    ),
+    "llmperf e2e shorter than ttft": (
+        _llmperf(ttft_s=0.1, end_to_end_latency_s=0.05),
+        "key 'requests[0]': E2E 50 ms is shorter than TTFT 100 ms",
+    ),
+    "aiperf end before start": (
+        _aiperf_record(T0, T0 - 1_000_000),
+        "key 'line 1: metadata.request_end_ns': found E2E (request_end_ns − request_start_ns, "
+        "ms) = -1",
+    ),
+    "aiperf infinite start": (
+        _aiperf_record(T0, T0).replace(str(T0).encode(), b"Infinity", 1),
+        "key 'line 1: metadata.request_start_ns': found inf",
+    ),
+    "guidellm first token before start": (
+        _guidellm(1e9 - 0.1),
+        "key 'benchmarks[0].requests.successful[0]': found TTFT (first_token_time − "
+        "request_start_time, ms) = -100",
+    ),
+    "genai-perf response before request": (
+        _genai_raw([T0 + 5, T0 - 5]),
+        "key 'experiments[0].requests[0].response_timestamps[1]': found "
+        f"{T0 - 5}, earlier than response_timestamps[0]",
+    ),
+}
+
 CASES: dict[str, tuple[bytes, str]] = {
+    **IMPOSSIBLE,
+    "null document": (b"null", "valid JSON, but the whole document is null; expected an object"),
+    "number document": (b"12.5", "valid JSON, but the whole document is 12.5"),
     "empty": (b"", "empty file"),
     "whitespace": (b"  \n\n", "empty file"),
     "binary": (bytes(range(256)) * 4, "binary data"),
@@ -212,3 +363,46 @@ def test_reimport_skips_and_replace_rewrites_in_one_go(store: Store) -> None:
     [replaced] = import_paths(store, [path], ImportOptions(replace=True))
     assert (replaced.runs, replaced.skipped_runs, replaced.requests) == (1, 0, 4)
     assert queries_admin.table_counts(store) == counts
+
+
+# --- what NaN and inf mean (docs/importing.md, collectors/importers/validate.py) -------------
+
+
+def _parse(name: str, data: bytes) -> ParsedFile:
+    [(report, parsed)] = parse_sources([(Source.from_bytes(name, data), True)], ImportOptions())
+    assert report.error is None and parsed is not None, report.error
+    return parsed
+
+
+def test_nan_ttft_is_not_measured_for_ok_and_failed_requests_alike() -> None:
+    parsed = _parse("nan.json", _vllm(ttfts=[0.1, NAN, 0.05, NAN]).encode())
+    req = parsed.runs[0].requests
+    assert req is not None
+    assert list(req["status"]) == ["ok", "ok", "ok", "error"]
+    assert req["ttft_ms"].isna().tolist() == [False, True, False, True]
+    assert req["e2e_ms"].iloc[1] == pytest.approx(240.0)  # measured: kept
+    assert req["tpot_ms"].isna().tolist() == [False, True, False, True]
+
+
+def test_legitimate_infinities_and_nans_still_import() -> None:
+    """vLLM's request_rate "inf" and SGLang's Infinity mean "all at once"; SGLang's NaN std
+    (one sample) is "not given"."""
+    vllm = _parse("v.json", _vllm(request_rate="inf").encode()).runs[0]
+    assert vllm.run.get("target_rate") is None and "rate=inf" in vllm.run["name"]
+    line = _parse("s.jsonl", _sglang(request_rate=INF, std_tpot_ms=NAN)).runs[0]
+    assert line.run.get("target_rate") is None and "rate=inf" in line.run["name"]
+    assert "std" not in line.run["tool_summary"]["metrics"]["tpot_ms"]
+    assert line.run["tool_summary"]["raw"]["std_tpot_ms"] == "nan"
+
+
+def test_failed_requests_values_are_not_stored_but_still_checked() -> None:
+    """A failed request's TTFT is not stored (NULL), whatever the file says — but a negative one
+    is still an impossible value."""
+    parsed = _parse("f.json", _vllm(ttfts=[0.1, 0.2, 0.05, 0.7]).encode())
+    req = parsed.runs[0].requests
+    assert req is not None and pd.isna(req["ttft_ms"].iloc[3])
+    [(report, _)] = parse_sources(
+        [(Source.from_bytes("g.json", _vllm(ttfts=[0.1, 0.2, 0.05, -0.7]).encode()), True)],
+        ImportOptions(),
+    )
+    assert report.error is not None and "key 'ttfts[3]': found -0.7" in report.error
