@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import settings
-from errors import ServeScopeError
+from errors import InputError, ServeScopeError
 
 if TYPE_CHECKING:
     from store.db import Store
@@ -25,10 +25,14 @@ ROOT = Path(__file__).resolve().parent
 
 
 def _db_commands(sub: argparse._SubParsersAction) -> None:
-    db = sub.add_parser("db", help="store maintenance: info, migrate, ingest-spool, prepare")
+    db = sub.add_parser("db", help="store maintenance: info, runs, migrate, ingest-spool, prepare")
     db.add_argument("--db", help="store URL (default: $SERVESCOPE_DB or the DuckDB file)")
     actions = db.add_subparsers(dest="db_action", required=True)
-    actions.add_parser("info", help="print the store URL, schema version and row counts")
+    actions.add_parser("info", help="print the store URL and row counts per table")
+    runs = actions.add_parser("runs", help="list the stored runs, newest first (id, name, …)")
+    runs.add_argument(
+        "--limit", type=int, default=50, metavar="N", help="at most N runs (default 50)"
+    )
     actions.add_parser("migrate", help="bring the schema up to date and seed the catalog")
     spool = actions.add_parser(
         "ingest-spool", help="store the batches spooled while the store was locked"
@@ -45,7 +49,13 @@ def _db_commands(sub: argparse._SubParsersAction) -> None:
         "runs of 500k+ requests (import and bench do this for their own runs; use this for "
         "runs written another way, or after an upgrade). Cheap for runs already prepared.",
     )
-    prepare.add_argument("run_ids", nargs="*", metavar="RUN_ID", help="default: every run")
+    prepare.add_argument(
+        "run_ids",
+        nargs="*",
+        metavar="RUN_ID",
+        help="space-separated run ids (default: every run); an unknown id is an error and "
+        "nothing is prepared",
+    )
     db.set_defaults(func=_run_db)
 
 
@@ -58,10 +68,22 @@ def _run_db(args: argparse.Namespace) -> int:
         print(f"{store.url}: schema version {migrations.migrate(store)}")
     elif args.db_action == "ingest-spool":
         return _ingest_spool(store, legacy=args.legacy)
+    elif args.db_action == "runs":
+        _print_runs(store, args.limit)
     elif args.db_action == "prepare":
         from collectors import run_views
+        from store import data_queries
 
-        ids = args.run_ids or queries_admin.run_ids(store)
+        if args.run_ids:
+            known = data_queries.existing_run_ids(store, args.run_ids)
+            unknown = [r for r in dict.fromkeys(args.run_ids) if r not in known]
+            if unknown:
+                raise InputError(
+                    f"{len(unknown)} run id(s) not in {store.url}: {', '.join(unknown)}; "
+                    "nothing was prepared",
+                    hint="`servescope db runs` lists the stored runs",
+                )
+        ids = list(dict.fromkeys(args.run_ids)) or queries_admin.run_ids(store)
         if not run_views.prepare(store, ids):
             print(
                 f"servescope db prepare: {store.url} refused the writes (locked?)", file=sys.stderr
@@ -112,6 +134,33 @@ def _ingest_spool(store: Store, *, legacy: bool) -> int:
         )
         return 1
     return 0
+
+
+def _print_runs(store: Store, limit: int) -> None:
+    """``servescope db runs``: one line per run, newest first."""
+    import time
+
+    from store import data_queries
+
+    if limit < 1:
+        raise InputError(f"--limit must be ≥ 1, got {limit}")
+    df = data_queries.runs_listing(store, limit=limit)
+    if df.empty:
+        print(f"no runs in {store.url} (servescope bench, import or demo add some)")
+        return
+    print(f"{'run_id':<36} {'started (UTC)':<16} {'source':<12} {'requests':>9}  name")
+    for row in df.to_dict("records"):
+        when = "-"
+        for key in ("started_at", "created_at"):
+            value = row.get(key)
+            if isinstance(value, int | float) and value == value:  # not NaN
+                when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(float(value)))
+                break
+        print(
+            f"{row['run_id']!s:<36} {when:<16} {row.get('source') or '-'!s:<12} "
+            f"{int(row.get('requests') or 0):>9,}  {row.get('name') or ''!s}"
+        )
+    print(f"{len(df)} run(s) shown" + (f" (--limit {limit})" if len(df) == limit else ""))
 
 
 def _ui_command(sub: argparse._SubParsersAction) -> None:

@@ -149,7 +149,7 @@ def export_run(store: Store, run_id: str, fmt: str, out: str | None) -> str:
     if run is None:
         raise InputError(
             f"run {run_id!r} is not in the store {store.url}",
-            hint="list runs on the Data page or with `servescope db info`",
+            hint="`servescope db runs` lists the stored runs (so does the Data page)",
         )
     requests = data_queries.run_requests_all(store, run_id)
     ext = {"csv": "csv", "parquet": "parquet", "vllm-json": "json"}[fmt]

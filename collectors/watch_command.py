@@ -1,7 +1,9 @@
 """``servescope watch``: collect engine /metrics, DCGM, NVML and Prometheus series live.
 
 cli.py calls :func:`register` with its subparsers. The command runs until ``--duration`` or
-Ctrl-C (which flushes what is buffered and exits 0), printing a one-line live status.
+Ctrl-C (which flushes what is buffered), printing a one-line live status. Exit codes: 0 when
+something was collected, :data:`EXIT_NOTHING_COLLECTED` (3) when every scrape of every target
+failed (a CI pipeline can tell), 2 for bad input.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ from errors import InputError, ServeScopeError
 
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+#: ``servescope watch`` exits with this when every scrape of every target failed.
+EXIT_NOTHING_COLLECTED = 3
 
 
 def parse_duration(text: str) -> float:
@@ -36,17 +41,26 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="collect engine /metrics, GPU (NVML/DCGM) and Prometheus series live into the store",
         description="Scrape engines' /metrics, DCGM exporters, this host's GPUs (NVML) and/or a "
         "Prometheus server on an interval and store the samples. Runs until --duration or "
-        "Ctrl-C (which flushes and exits 0).",
+        "Ctrl-C or SIGTERM (which flush what is buffered). Exit status: 0 when anything was "
+        f"collected, {EXIT_NOTHING_COLLECTED} when every scrape of every target failed, 2 for "
+        "bad input.",
     )
     p.add_argument(
         "--metrics",
+        action="extend",
         nargs="+",
         default=[],
         metavar="URL",
-        help="engine /metrics URLs (host:port works: /metrics is added)",
+        help="engine /metrics URLs, space-separated or the flag repeated (host:port works: "
+        "/metrics is added)",
     )
     p.add_argument(
-        "--dcgm", nargs="+", default=[], metavar="URL", help="DCGM exporter URLs (:9400/metrics)"
+        "--dcgm",
+        action="extend",
+        nargs="+",
+        default=[],
+        metavar="URL",
+        help="DCGM exporter URLs (:9400/metrics), space-separated or the flag repeated",
     )
     p.add_argument("--gpu", action="store_true", help="sample this host's GPUs through NVML")
     p.add_argument("--prometheus", metavar="URL", help="a Prometheus server to read series from")
@@ -148,6 +162,15 @@ def run(args: argparse.Namespace) -> int:
         file=out,
         flush=True,
     )
+    states = watcher.states
+    if states and errors and not any(s.scrapes for s in states):
+        print(
+            f"servescope watch: every scrape failed ({errors} of {errors}, "
+            f"{len(states)} target(s)): nothing was collected (exit {EXIT_NOTHING_COLLECTED})",
+            file=out,
+            flush=True,
+        )
+        return EXIT_NOTHING_COLLECTED
     return 0
 
 

@@ -1,16 +1,44 @@
 """``servescope import PATH... [--format NAME] [--framework X] [--model M] [--gpu G] [--gpus N]
-[--name TEXT] [--tag TAG ...] [--replace] [--db URL]`` — register(subparsers) wires it in."""
+[--name TEXT] [--tag TAG ...] [--replace] [--db URL]`` — register(subparsers) wires it in.
+
+``--tag`` takes several tags (space-separated or the flag repeated); tags given before the
+PATHs would swallow them, so a missing PATH says how to write it (PATHs first, or ``--``).
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from collections import Counter
-from typing import TextIO
+from collections.abc import Sequence
+from typing import Any, TextIO
 
 from .model import ImportOptions
 from .registry import FORMATS
 from .runner import FileReport, import_paths
+
+
+class _Paths(argparse.Action):
+    """PATH... (one or more): when none is left, say why (the tags may have taken them)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        paths = [values] if isinstance(values, str) else list(values or [])
+        if not paths:
+            tags = getattr(namespace, "tags", None)
+            hint = (
+                f" (the words after --tag were all read as tags: {' '.join(tags)}); put the "
+                "PATHs first, or write -- before them: servescope import --tag a b -- results/"
+                if tags
+                else ""
+            )
+            raise argparse.ArgumentError(self, "give at least one result file or folder" + hint)
+        setattr(namespace, self.dest, paths)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -23,7 +51,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         epilog="formats:\n" + formats,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("paths", nargs="+", metavar="PATH", help="result files or folders (recursive)")
+    p.add_argument(
+        "paths",
+        nargs="*",
+        action=_Paths,
+        metavar="PATH",
+        help="result files or folders (recursive), space-separated",
+    )
     p.add_argument(
         "--format", choices=list(FORMATS), help="skip detection: read every file as NAME"
     )
@@ -32,7 +66,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--gpu", dest="gpu_name", help='GPU, e.g. "H100 80GB"')
     p.add_argument("--gpus", dest="gpu_count", type=int, help="number of GPUs serving")
     p.add_argument("--name", help="run name (several runs in one file get a suffix each)")
-    p.add_argument("--tag", dest="tags", action="append", default=[], help="tag (repeatable)")
+    p.add_argument(
+        "--tag",
+        dest="tags",
+        action="extend",
+        nargs="+",
+        default=[],
+        metavar="TAG",
+        help="tags, space-separated or the flag repeated (put the PATHs first, or -- before them)",
+    )
     p.add_argument("--replace", action="store_true", help="re-import runs already stored")
     p.add_argument("--db", help="store URL (default: $SERVESCOPE_DB or the DuckDB file)")
     p.set_defaults(func=run)

@@ -273,6 +273,21 @@ def _bad_dataset(path: Path, reason: str) -> InputError:
     )
 
 
+def _json_kind(value: Any) -> str:
+    """How JSON would name ``value``'s type, with the value: ``a number (42)``, ``null``."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"a boolean ({str(value).lower()})"
+    if isinstance(value, int | float):
+        return f"a number ({value!r})"
+    if isinstance(value, list):
+        return f"a list of {len(value)} item(s)"
+    if isinstance(value, Mapping):
+        return "an object"
+    return type(value).__name__
+
+
 def _item(obj: Any, path: Path, where: str) -> DatasetItem | None:
     if not isinstance(obj, Mapping):
         raise _bad_dataset(path, f"{where}: expected a JSON object, got {type(obj).__name__}")
@@ -281,7 +296,13 @@ def _item(obj: Any, path: Path, where: str) -> DatasetItem | None:
         isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
     ):
         raise _bad_dataset(path, f"{where}: max_tokens must be an integer ≥ 1, got {max_tokens!r}")
-    if isinstance(obj.get("prompt"), str):
+    other_keys = any(k in obj for k in ("messages", "conversations", "conversation"))
+    if "prompt" in obj and not (obj["prompt"] is None and other_keys):
+        if not isinstance(obj["prompt"], str):
+            raise _bad_dataset(
+                path,
+                f"{where}: 'prompt' must be a string, found {_json_kind(obj['prompt'])}",
+            )
         return DatasetItem(prompt=obj["prompt"], max_tokens=max_tokens)
     if "messages" in obj:
         msgs = obj["messages"]

@@ -264,3 +264,126 @@ def test_run_live_sources_reads_what_the_bench_records(live_db: str) -> None:
     assert live_queries.run_live_sources(store, "r2")["targets"] == []
     assert live_queries.run_live_sources(store, "nope") == {}
     store.dispose()
+
+
+# --- several targets per flag (issue 9), exit status when nothing was collected ------------------
+
+FIXTURES = ROOT / "tests" / "fixtures"
+GATEWAY_PAGES = {
+    "/vllm/metrics": FIXTURES
+    / "vllm"
+    / "metrics_v1_full_qwen2.5-0.5b_k8s-ai-conformance_kops.prom",
+    "/llama/metrics": FIXTURES / "llamacpp" / "metrics_llama-server_cuda_lfm2.5-8b.prom",
+    "/dcgm/metrics": FIXTURES / "dcgm" / "dcgm_exporter_nvidia_l4_k8s-ai-conformance_kops.prom",
+}
+
+
+@pytest.fixture
+def gateway() -> Iterator[str]:
+    """A loopback 'gateway' serving real /metrics captures under several paths."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from threading import Thread
+
+    pages = {path: file.read_bytes() for path, file in GATEWAY_PAGES.items()}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = pages.get(self.path)
+            self.send_response(200 if body is not None else 404)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body or b"")))
+            self.end_headers()
+            self.wfile.write(body or b"")
+
+        def log_message(self, format: str, *args: object) -> None:
+            return None
+
+    class Server(ThreadingHTTPServer):
+        def handle_error(self, request: object, client_address: object) -> None:
+            # a scrape that timed out on a loaded machine closes its socket mid-write
+            if not isinstance(sys.exc_info()[1], ConnectionError):
+                super().handle_error(request, client_address)  # type: ignore[arg-type]
+
+    server = Server(("127.0.0.1", 0), Handler)
+    thread = Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+TIMING = ("--interval", "250ms", "--duration", "2s")
+
+
+def test_repeated_metrics_and_dcgm_flags_watch_every_target(
+    gateway: str, sim: SimHandle, live_db: str, tmp_path: Path
+) -> None:
+    """`watch --metrics A --metrics B --dcgm C --dcgm D` stores samples from all four (a repeated
+    flag used to replace the earlier list: only B and D were watched, '2/2 ok')."""
+    a, b = f"{gateway}/vllm/metrics", f"{gateway}/llama/metrics"
+    c, d = f"{gateway}/dcgm/metrics", f"{sim.url}/metrics"
+    proc = subprocess.run(
+        _watch_cmd(live_db, "--metrics", a, "--metrics", b, "--dcgm", c, "--dcgm", d, *TIMING),
+        cwd=ROOT,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    store = Store.open(live_db)
+    engine = store.read_df(
+        "SELECT target, min(engine) AS engine, count(*) AS n FROM engine_samples GROUP BY target"
+    ).set_index("target")
+    gpus = store.read_df(
+        "SELECT host, source, count(*) AS n FROM gpu_samples GROUP BY host, source"
+    )
+    raw = set(store.read_df("SELECT DISTINCT target FROM engine_raw_samples")["target"])
+    store.dispose()
+    assert engine.to_dict("index") == {
+        a: {"engine": "vllm", "n": engine.loc[a, "n"]},
+        b: {"engine": "llamacpp", "n": engine.loc[b, "n"]},
+    }
+    assert (engine["n"] > 0).all()
+    # C: the real DCGM exporter (its Hostname label); D: the sim's DCGM-style page
+    assert "i-030791dc5a37cd257" in set(gpus["host"])
+    assert set(gpus["source"]) == {"dcgm"} and len(gpus) == 2 and (gpus["n"] > 0).all()
+    assert raw == {a, b, c, d}
+
+
+def _dead_port() -> int:
+    with socket_closed_port() as port:
+        return port
+
+
+def test_watch_exits_3_when_every_scrape_of_every_target_failed(
+    gateway: str, live_db: str, tmp_path: Path
+) -> None:
+    dead1, dead2 = f"127.0.0.1:{_dead_port()}", f"127.0.0.1:{_dead_port()}"
+    args = ["--interval", "250ms", "--duration", "1s"]
+    proc = subprocess.run(
+        _watch_cmd(live_db, "--metrics", dead1, "--dcgm", dead2, *args),
+        cwd=ROOT,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 3, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("servescope watch: every scrape failed (")
+    assert last.endswith(", 2 target(s)): nothing was collected (exit 3)")
+    # one live target among dead ones: something was collected, exit 0
+    proc = subprocess.run(
+        _watch_cmd(live_db, "--metrics", dead1, f"{gateway}/vllm/metrics", *args),
+        cwd=ROOT,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "every scrape failed" not in proc.stderr

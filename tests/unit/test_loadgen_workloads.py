@@ -199,6 +199,36 @@ def test_dataset_errors_name_the_accepted_formats(
     assert info.value.hint and "JSONL" in info.value.hint
 
 
+@pytest.mark.parametrize(
+    ("content", "found"),
+    [
+        ('{"prompt": 42}\n', "found a number (42)"),
+        ('{"prompt": "ok"}\n{"prompt": ["a", "b"]}\n', "found a list of 2 item(s)"),
+        ('{"prompt": null}\n', "found null"),
+        ('{"prompt": true}\n', "found a boolean (true)"),
+    ],
+)
+def test_a_prompt_that_is_not_a_string_is_named_with_file_and_line(
+    tmp_path: Path, content: str, found: str
+) -> None:
+    """Issue 10 item 13: ``{"prompt": 42}`` was said to lack a prompt."""
+    path = tmp_path / "typed.jsonl"
+    path.write_text(content)
+    with pytest.raises(InputError) as info:
+        load_dataset(path)
+    line = content.count("\n")
+    assert info.value.message == (
+        f"dataset {path}: line {line}: 'prompt' must be a string, {found}"
+    )
+
+
+def test_a_null_prompt_beside_messages_is_still_read_as_messages(tmp_path: Path) -> None:
+    path = tmp_path / "both.jsonl"
+    path.write_text('{"prompt": null, "messages": [{"role": "user", "content": "hi"}]}\n')
+    (item,) = load_dataset(path)
+    assert item.prompt is None and item.messages == ({"role": "user", "content": "hi"},)
+
+
 def test_missing_dataset(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="does not exist"):
         load_dataset(tmp_path / "nope.jsonl")
