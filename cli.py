@@ -105,9 +105,14 @@ def _ingest_spool(store: Store, *, legacy: bool) -> int:
     """``db ingest-spool``: this store's batches from its spool folder (and the old shared
     ``data/spool``); says what it left for other stores, and where."""
     from store import ingest
+    from store.db import location_spool_dir
 
     own = store.identity().spool_dir
-    folders = [own] + [f for f in (_OLD_SPOOL_DIR,) if f.is_dir() and f.resolve() != own.resolve()]
+    extra = [_OLD_SPOOL_DIR]
+    if store.dialect not in ("duckdb", "sqlite"):
+        # a server store's batches spooled while its id was unknown: its location's folder
+        extra.insert(0, location_spool_dir(store.location))
+    folders = [own] + [f for f in extra if f.is_dir() and f.resolve() != own.resolve()]
     total = ingest.SpoolReport(own)
     lines: list[str] = []
     for folder in folders:

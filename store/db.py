@@ -89,7 +89,8 @@ class StoreIdentity:
     every URL or path that reaches it. ``location`` (``store_location``) is the fallback when an
     id could not be read. ``spool_dir``: SERVESCOPE_SPOOL_DIR when set; else beside the store —
     ``<file>.spool/`` next to a DuckDB/SQLite file, and for a server
-    ``<data home>/servescope/spool/<dialect>-<host>-<database>-<hash of location>/``.
+    ``<data home>/servescope/spool/<dialect>-<store id>/`` (every URL of the server shares it;
+    ``<dialect>-<host>-<port>-<database>-<hash>/`` while the id is unknown).
     """
 
     store_id: str | None
@@ -104,8 +105,15 @@ class StoreIdentity:
         return location == self.location
 
 
-def default_spool_dir(location: str, env: Mapping[str, str] | None = None) -> Path:
-    """The spool folder of the store at ``location`` (see ``StoreIdentity``)."""
+def default_spool_dir(
+    location: str, env: Mapping[str, str] | None = None, store_id: str | None = None
+) -> Path:
+    """The spool folder of the store at ``location`` (see ``StoreIdentity``).
+
+    A file store's folder is beside the file. A server store's is named by its ``store_id``
+    when known, so that every URL reaching the same server database shares it; else by a hash
+    of its location (``location_spool_dir``).
+    """
     override = settings.spool_dir(env)
     if override is not None:
         return override
@@ -113,10 +121,20 @@ def default_spool_dir(location: str, env: Mapping[str, str] | None = None) -> Pa
     if scheme in ("duckdb", "sqlite") and rest and rest != ":memory:":
         path = Path(rest)
         return path.parent / f"{path.name}.spool"
+    if store_id:
+        return _server_spool_root(env) / f"{location.split(':', 1)[0]}-{store_id}"
+    return location_spool_dir(location, env)
+
+
+def location_spool_dir(location: str, env: Mapping[str, str] | None = None) -> Path:
+    """A server store's spool folder named by its location (used while its id is unknown)."""
     digest = hashlib.sha256(location.encode()).hexdigest()[:12]
     readable = re.sub(r"[^A-Za-z0-9.]+", "-", location.split("://", 1)[-1]).strip("-")[:60]
-    name = f"{location.split(':', 1)[0]}-{readable}-{digest}"
-    return settings.data_home(env) / "servescope" / "spool" / name
+    return _server_spool_root(env) / f"{location.split(':', 1)[0]}-{readable}-{digest}"
+
+
+def _server_spool_root(env: Mapping[str, str] | None) -> Path:
+    return settings.data_home(env) / "servescope" / "spool"
 
 
 _store_ids: dict[str, str] = {}
@@ -228,7 +246,7 @@ class Store:
             store_id=self.store_id,
             location=location,
             url=self.url,
-            spool_dir=default_spool_dir(location, env),
+            spool_dir=default_spool_dir(location, env, self.store_id),
         )
 
     # --- connections ----------------------------------------------------------------------

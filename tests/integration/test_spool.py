@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from sqlalchemy.engine import make_url
 
 from sim.mockserver import MockServer
 from store import ingest, queries_admin
@@ -320,3 +321,35 @@ def test_the_store_id_is_kept_in_the_store(tmp_path: Path, monkeypatch: pytest.M
     relative = Store.open("duckdb:///i.duckdb").identity()
     assert (relative.store_id, relative.spool_dir) == (first, tmp_path / "i.duckdb.spool")
     assert Store.open(f"duckdb:///{tmp_path / 'j.duckdb'}").store_id != first
+
+
+def test_one_store_reached_by_two_urls_has_one_spool(
+    store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A DuckDB file by absolute and relative paths, a PostgreSQL database by two host names:
+    one store id, one spool folder, and a batch spooled through one URL is stored through the
+    other (and left alone by another store sharing the folder)."""
+    env = {"XDG_DATA_HOME": str(tmp_path / "xdg")}
+    url = make_url(store_url)
+    if url.get_backend_name() == "duckdb":
+        path = Path(str(url.database))
+        monkeypatch.chdir(path.parent)
+        alias = f"duckdb:///{path.name}"
+    else:
+        host = "localhost" if url.host == "127.0.0.1" else "127.0.0.1"
+        alias = url.set(host=host).render_as_string(hide_password=False)
+    a, b = Store.open(store_url), Store.open(alias)
+    ia, ib = a.identity(env), b.identity(env)
+    assert ia.store_id and ia.store_id == ib.store_id
+    assert ia.spool_dir == ib.spool_dir
+    other = Store.open(f"duckdb:///{tmp_path / 'other.duckdb'}")
+    assert other.identity(env).spool_dir != ia.spool_dir
+    batch = {"runs": [{"run_id": "a1", "status": "completed"}], "requests": _requests("a1", 4)}
+    ingest.spool_batch(batch, ia.spool_dir, ia)
+    assert ingest.ingest_spool(other, ia.spool_dir).others == {ia.url: 1}
+    report = ingest.ingest_spool(b, ib.spool_dir)
+    assert (report.rows, report.batches, report.others) == (5, 1, {})
+    assert a.read_df("select run_id, status from runs").values.tolist() == [["a1", "completed"]]
+    assert queries_admin.table_counts(a)["requests"] == 4
+    for store in (a, b, other):
+        store.dispose()
