@@ -2,18 +2,28 @@
 
 Subcommands are registered by the modules that own them (``register(subparsers)``); this file
 only builds the parser, sets up logging and turns ServeScope errors into one clear line.
+
+Signals: SIGTERM and SIGHUP stop every command the way Ctrl-C does (``finally`` blocks run, so
+the child processes a command started — the demo's sims, the load generator's workers — are
+stopped and what was measured is kept); the exit code is then 128 + the signal's number (130,
+143, 129). ``ui`` (and ``demo``'s dashboard) forward SIGINT, SIGTERM and SIGHUP to Streamlit,
+wait for it (killing it after ``CHILD_STOP_TIMEOUT_S``), and exit 0: its port is free when
+``servescope`` exits. ``watch`` and ``bench`` handle the signals themselves (flush, save).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
+import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 import settings
 from errors import InputError, ServeScopeError
@@ -22,6 +32,11 @@ if TYPE_CHECKING:
     from store.db import Store
 
 ROOT = Path(__file__).resolve().parent
+
+#: Signals that stop a command (as Ctrl-C does) and that ``ui`` forwards to Streamlit.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+#: How long a child gets to exit after the stop signal was forwarded, before it is killed.
+CHILD_STOP_TIMEOUT_S = 10.0
 
 
 def _db_commands(sub: argparse._SubParsersAction) -> None:
@@ -105,14 +120,9 @@ def _ingest_spool(store: Store, *, legacy: bool) -> int:
     """``db ingest-spool``: this store's batches from its spool folder (and the old shared
     ``data/spool``); says what it left for other stores, and where."""
     from store import ingest
-    from store.db import location_spool_dir
 
     own = store.identity().spool_dir
-    extra = [_OLD_SPOOL_DIR]
-    if store.dialect not in ("duckdb", "sqlite"):
-        # a server store's batches spooled while its id was unknown: its location's folder
-        extra.insert(0, location_spool_dir(store.location))
-    folders = [own] + [f for f in extra if f.is_dir() and f.resolve() != own.resolve()]
+    folders = [own] + [f for f in (_OLD_SPOOL_DIR,) if f.is_dir() and f.resolve() != own.resolve()]
     total = ingest.SpoolReport(own)
     lines: list[str] = []
     for folder in folders:
@@ -181,7 +191,8 @@ def _ui_command(sub: argparse._SubParsersAction) -> None:
 
 
 def run_ui(args: argparse.Namespace) -> int:
-    """Run Streamlit on app.py in the foreground until Ctrl-C."""
+    """Run Streamlit in the foreground until Ctrl-C, SIGTERM or SIGHUP, which are forwarded to
+    it (so it stops and frees its port before this returns); 0 when stopped that way."""
     env = dict(os.environ)
     if getattr(args, "db", None):
         env["SERVESCOPE_DB"] = args.db
@@ -207,10 +218,69 @@ def run_ui(args: argparse.Namespace) -> int:
     print(
         f"ServeScope dashboard on http://{args.host}:{args.port}  (store: {settings.db_url(env)})"
     )
+    return run_child(cmd, env=env)
+
+
+class _Forwarded(BaseException):
+    """Raised in the main thread when a stop signal was forwarded to the child."""
+
+
+def run_child(cmd: Sequence[str], *, env: dict[str, str] | None = None) -> int:
+    """Run ``cmd`` in the foreground, forwarding SIGINT, SIGTERM and SIGHUP to it.
+
+    Returns the child's exit status, or 0 when it ended after a forwarded stop signal. A child
+    still running ``CHILD_STOP_TIMEOUT_S`` after the signal (or at a second signal) is killed.
+    Whatever ends this function (an exception included) ends the child first: it is never
+    left behind holding its port.
+    """
+    proc = subprocess.Popen(list(cmd), env=env)
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signum)
+        raise _Forwarded
+
     try:
-        return subprocess.call(cmd, env=env)
-    except KeyboardInterrupt:
-        return 0
+        with _signal_handlers(forward):
+            try:
+                return proc.wait()
+            except _Forwarded:
+                pass
+            with contextlib.suppress(_Forwarded, subprocess.TimeoutExpired):
+                proc.wait(timeout=CHILD_STOP_TIMEOUT_S)
+            return 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+@contextlib.contextmanager
+def _signal_handlers(handler: Callable[[int, FrameType | None], None]) -> Iterator[None]:
+    """Install ``handler`` for :data:`STOP_SIGNALS` (main thread only), restore on exit."""
+    previous: dict[signal.Signals, Any] = {}
+    try:
+        for sig in STOP_SIGNALS:
+            with contextlib.suppress(ValueError):  # not the main thread: leave them
+                previous[sig] = signal.signal(sig, handler)
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised as Ctrl-C is: ``finally`` blocks stop the children a command
+    started and collectors flush; ``servescope`` then exits 128 + ``signum``."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"signal {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+def _stop_as_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise Stopped(signum)
 
 
 def _demo_command(sub: argparse._SubParsersAction) -> None:
@@ -268,6 +338,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    previous: dict[signal.Signals, Any] = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        with contextlib.suppress(ValueError):  # main() called off the main thread (tests)
+            previous[sig] = signal.signal(sig, _stop_as_interrupt)
     try:
         return int(args.func(args) or 0)
     except ServeScopeError as exc:
@@ -275,9 +349,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if exc.hint:
             print(f"  hint: {exc.hint}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("servescope: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        # Ctrl-C: 130; SIGTERM: 143; SIGHUP: 129 (bench's BenchInterrupted carries its signal too)
+        signum = int(getattr(exc, "signum", signal.SIGINT))
+        print(f"servescope: interrupted ({signal.Signals(signum).name})", file=sys.stderr)
+        return 128 + signum
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 if __name__ == "__main__":
