@@ -91,6 +91,22 @@ class Bound:
                 bad |= finite & (values != np.floor(np.where(finite, values, 0.0)))
         return bad
 
+    def first_bad(self, values: np.ndarray) -> int | None:
+        """The index of the first value breaking the bound, or None. Two reductions (no
+        temporaries) decide the common all-good case of a bounded float column: a NaN, an
+        infinity or any value out of range fails the comparisons and takes the full check."""
+        if values.size == 0:
+            return None
+        if self.low is not None and self.high is not None and not self.integer:
+            if self.nan == "bad":
+                lo, hi = values.min(), values.max()  # NaN propagates: fails both tests
+            else:
+                lo, hi = np.fmin.reduce(values), np.fmax.reduce(values)  # NaN skipped
+            if (lo > self.low if self.low_open else lo >= self.low) and hi <= self.high:
+                return None
+        bad = self.bad_mask(values)
+        return int(np.argmax(bad)) if bad.any() else None
+
     def ok(self, value: float | None) -> bool:
         if value is None or math.isnan(value):
             return self.nan == "missing"
@@ -172,9 +188,8 @@ def aggregate(r: Reader, raw: Any, key: str, bound: Bound) -> float | None:
 
 def check_array(path: str, key: str, values: np.ndarray, bound: Bound) -> np.ndarray:
     """A float64 array within ``bound`` (vectorised); names the first bad index."""
-    bad = bound.bad_mask(values)
-    if bad.any():
-        i = int(np.argmax(bad))
+    i = bound.first_bad(values)
+    if i is not None:
         raise fail(path, f"{key}[{i}]", float(values[i]), bound)
     return values
 
@@ -184,9 +199,8 @@ def check_nested(
 ) -> np.ndarray:
     """Flattened per-request lists (``records.flatten_gaps``) within ``bound``; names
     ``key[request][position]`` of the first bad value."""
-    bad = bound.bad_mask(values)
-    if bad.any():
-        flat = int(np.argmax(bad))
+    flat = bound.first_bad(values)
+    if flat is not None:
         ends = np.cumsum(lengths)
         i = int(np.searchsorted(ends, flat, side="right"))
         j = flat - (int(ends[i - 1]) if i else 0)
@@ -306,14 +320,13 @@ def _check_requests(path: str, where: str, frame: pd.DataFrame) -> None:
         if col not in frame.columns:
             continue
         values = _floats(frame[col])
-        bad = bound.bad_mask(values)
-        if bad.any():
-            i = int(np.argmax(bad))
+        row = bound.first_bad(values)
+        if row is not None:
             raise ImportFormatError(
                 path,
-                f"computed {col} = {_found(float(values[i]))} from the file's values; "
+                f"computed {col} = {_found(float(values[row]))} from the file's values; "
                 f"expected {bound.expected}",
-                key=f"{where}[{i}]",
+                key=f"{where}[{row}]",
             )
     _check_text(path, where, frame, TEXT_COLUMNS["requests"])
 
@@ -349,9 +362,8 @@ def check_parsed(parsed: ParsedFile) -> None:
         gaps = run.token_gaps
         if gaps is not None and len(gaps):
             values = _floats(gaps["gap_ms"])
-            bad = GAP_MS.bad_mask(values)
-            if bad.any():
-                i = int(np.argmax(bad))
+            i = GAP_MS.first_bad(values)
+            if i is not None:
                 raise ImportFormatError(
                     path,
                     f"computed gap {_found(float(values[i]))} ms from the file's values; "
@@ -363,9 +375,8 @@ def check_parsed(parsed: ParsedFile) -> None:
         for col, bound in SAMPLE_COLUMNS.get(table, {}).items():
             if col in frame.columns:
                 values = _floats(frame[col])
-                bad = bound.bad_mask(values)
-                if bad.any():
-                    i = int(np.argmax(bad))
+                i = bound.first_bad(values)
+                if i is not None:
                     raise ImportFormatError(
                         path,
                         f"{col} = {_found(float(values[i]))}; expected {bound.expected}",
