@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Protocol
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import httpx
 
@@ -104,13 +104,27 @@ def metrics_url(url: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
 
 
+def split_credentials(url: str) -> tuple[str, httpx.BasicAuth | None]:
+    """``http://user:pw@host/metrics`` → (``http://host/metrics``, Basic auth): the URL that is
+    stored, shown and logged never carries the password; the credentials travel as a header."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url, None
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = host + (f":{parts.port}" if parts.port is not None else "")
+    public = urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    return public, httpx.BasicAuth(unquote(parts.username or ""), unquote(parts.password or ""))
+
+
 class ScrapeSource:
     """An engine's /metrics or a DCGM exporter's page (both may be on one page: the sim)."""
 
     def __init__(self, url: str, *, kind: str = "metrics", raw: str = "engine") -> None:
         if raw not in RAW_MODES:
             raise InputError(f"unknown raw mode {raw!r}; choose one of {', '.join(RAW_MODES)}")
-        self.url = metrics_url(url)
+        self.url, self._auth = split_credentials(metrics_url(url))
         self.raw = raw
         self.state = SourceState(kind, self.url)
         self._hist_counts: dict[str, float] = {}  # histogram → its _count last stored in full
@@ -119,7 +133,7 @@ class ScrapeSource:
         self, client: httpx.AsyncClient, ts: float
     ) -> dict[str, list[dict[str, Any]]]:
         try:
-            resp = await client.get(self.url)
+            resp = await client.get(self.url, auth=self._auth or httpx.USE_CLIENT_DEFAULT)
         except httpx.HTTPError as exc:
             raise CollectorError(f"{self.url}: {type(exc).__name__}: {exc}") from exc
         if resp.status_code != 200:
