@@ -10,7 +10,9 @@
    (the running batch never fills to the offered concurrency), GPU-bound (KV full or GPU
    busy), CPU-bound (GPU idle-ish) or unknown (no GPU samples).
 4. **Degradation over a long run** — latency or GPU memory rising over time, with the slope's
-   95 % confidence interval above zero and a material change over the span.
+   95 % confidence interval above zero and a material change over the span. A trend is judged
+   only over a window of at least ``MIN_TREND_SPAN_S`` (:func:`trend_too_short`); every display
+   of a slope says "too short to judge (needs ≥ 10 min of data, have 29 s)" below that.
 
 No finding without evidence: each rule needs its inputs and says nothing when they are missing.
 ``diagnose`` returns the findings that fired; an empty list means "no issue found".
@@ -43,8 +45,13 @@ GPU_IDLE = 0.60
 #: Rule 4: latency must change by this fraction of its start level, memory by this of total.
 LATENCY_DRIFT = 0.20
 MEMORY_DRIFT = 0.02
-#: Rule 4: runs shorter than this are not "long".
-MIN_TREND_SPAN_S = 60.0
+#: Rule 4 and every slope shown: the least time a trend's points must span to be judged. Slopes
+#: are shown per hour; over 10 minutes that extrapolates the data at most 6×, and the first
+#: minute's warm-up (compilation, caches filling, the allocator growing) can no longer pass for
+#: a trend. A 29 s run once showed "TTFT P50 slope −182,356 ms/h". See docs/metrics.md § Trends.
+MIN_TREND_SPAN_S = 600.0
+#: What a display shows instead of a slope over a shorter window.
+TOO_SHORT = "too short to judge"
 
 
 @dataclass(frozen=True)
@@ -84,6 +91,29 @@ class DiagnosisInput:
     memory_trend: Trend | None = None
     memory_total_bytes: float | None = None
     notes: dict[str, str] = field(default_factory=dict)
+
+
+def trend_too_short(t: Trend) -> str | None:
+    """None when ``t`` spans at least MIN_TREND_SPAN_S, else what to show instead of its slope:
+    "too short to judge (needs ≥ 10 min of data, have 29 s)"."""
+    if t.span_s >= MIN_TREND_SPAN_S:
+        return None
+    return f"{TOO_SHORT} ({trend_window_need(t.span_s)})"
+
+
+def trend_window_need(span_s: float) -> str:
+    """ "needs ≥ 10 min of data, have 29 s" (the part of :func:`trend_too_short` in brackets)."""
+    return f"needs ≥ {duration_text(MIN_TREND_SPAN_S)} of data, have {duration_text(span_s)}"
+
+
+def duration_text(seconds: float) -> str:
+    """29 s, 9.5 min, 10 min, 1.5 h: a window's length as the trend rule's messages give it,
+    rounded down (599 s is "9.9 min", never "10 min")."""
+    if seconds < 90:
+        return f"{math.floor(seconds):d} s"
+    if seconds < 90 * 60:
+        return f"{math.floor(seconds / 6) / 10:.1f}".removesuffix(".0") + " min"
+    return f"{math.floor(seconds / 360) / 10:.1f}".removesuffix(".0") + " h"
 
 
 def _ok(value: float | None) -> bool:
@@ -301,7 +331,7 @@ def degradation(inp: DiagnosisInput) -> Finding | None:
     evidence: dict[str, str] = {}
     parts: list[str] = []
     lt = inp.latency_trend
-    if lt is not None and lt.span_s >= MIN_TREND_SPAN_S and lt.rising and lt.start_value > 0:
+    if lt is not None and not trend_too_short(lt) and lt.rising and lt.start_value > 0:
         rel = lt.change / lt.start_value
         if rel >= LATENCY_DRIFT:
             s, lo, hi = lt.per_hour()
@@ -313,7 +343,7 @@ def degradation(inp: DiagnosisInput) -> Finding | None:
             )
             parts.append(f"{inp.latency_label} rose {rel:+.0%}")
     mt, total = inp.memory_trend, inp.memory_total_bytes
-    if mt is not None and mt.span_s >= MIN_TREND_SPAN_S and mt.rising and _ok(total) and total:
+    if mt is not None and not trend_too_short(mt) and mt.rising and _ok(total) and total:
         rel = mt.change / total
         if rel >= MEMORY_DRIFT:
             s, lo, hi = (v / 2**20 for v in mt.per_hour())
@@ -360,6 +390,10 @@ def missing_inputs(inp: DiagnosisInput) -> list[str]:
         out.append("per-request TTFT (rule 2)")
     if inp.load is None or len(inp.load) < 2:
         out.append("other load levels of this series (rule 3)")
-    if inp.latency_trend is None and inp.memory_trend is None:
+    trends = [t for t in (inp.latency_trend, inp.memory_trend) if t is not None]
+    if not trends:
         out.append("enough time windows for a trend (rule 4)")
+    elif all(trend_too_short(t) for t in trends):
+        longest = max(t.span_s for t in trends)
+        out.append(f"a long enough window for a trend (rule 4): {trend_window_need(longest)}")
     return out

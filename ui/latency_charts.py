@@ -15,6 +15,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from analysis.diagnose import trend_too_short
 from analysis.latency import Trend
 from analysis.metrics import low_confidence
 
@@ -237,14 +238,18 @@ def trend_chart(
     label: str,
     unit: str,
 ) -> go.Figure:
-    """Values over time with the fitted trend line and its slope's 95 % interval in the title."""
+    """Values over time with the fitted trend line and its slope's 95 % interval in the title;
+    over a window shorter than the trend rule's, no line and "too short to judge (…)" instead."""
     t = np.asarray(ts, dtype="float64")
     v = np.asarray(values, dtype="float64")
     if t.size == 0:
         return _empty(f"{label} over time: no samples")
     fig = go.Figure(go.Scatter(x=_times(t), y=np.round(v, 3).tolist(), mode="markers", name=label))
     title = f"{label} over time"
-    if fitted is not None:
+    short = trend_too_short(fitted) if fitted is not None else None
+    if short is not None:
+        title += f" · {short}"
+    elif fitted is not None:
         x0, x1 = float(np.nanmin(t)), float(np.nanmax(t))
         fig.add_trace(
             go.Scatter(

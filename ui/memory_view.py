@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from analysis import diagnose as dx
 from analysis import latency as an
 from ui import cache, latency_view, memory_charts
 from ui import format as fmt
@@ -160,18 +161,19 @@ def render_timeline(data: MemoryData, cap: float) -> None:
 
 
 def render_trends(data: MemoryData) -> None:
-    """Slopes of GPU memory (else KV usage) and of TTFT P50 with 95 % CIs; leak warnings."""
+    """Slopes of GPU memory (else KV usage) and of TTFT P50 with 95 % CIs, or "too short to
+    judge" over a window shorter than the trend rule's (analysis.diagnose); leak warnings."""
     st.subheader("Trends")
     cols = st.columns(2)
     if not data.gpu.empty:
         per_ts = data.gpu.groupby("ts", as_index=False)["mem_used_bytes"].sum()
         mt = an.trend(per_ts["ts"].to_numpy(), per_ts["mem_used_bytes"].to_numpy() / 2**20)
-        cols[0].metric("GPU memory slope", _slope(mt, "MiB/h"), help=_ci(mt, "MiB/h"))
+        _trend_metric(cols[0], "GPU memory slope", mt, "MiB/h")
     else:
         kv = data.engine[data.engine["metric"] == "kv_cache_usage"]
         kv_max = kv.groupby("ts")["value"].max()
         mt = an.trend(kv_max.index.to_numpy(dtype="float64"), kv_max.to_numpy() * 100)
-        cols[0].metric("KV usage slope", _slope(mt, "pp/h"), help=_ci(mt, "pp/h"))
+        _trend_metric(cols[0], "KV usage slope", mt, "pp/h")
     duration = data.until - data.since
     tl = cache_latency.latency_timeline(
         (data.run_id,),
@@ -181,7 +183,7 @@ def render_trends(data: MemoryData) -> None:
     )
     tl = tl[tl["n"] > 0]
     lt = an.trend(tl["window_start"].to_numpy(), tl["ttft_p50_ms"].to_numpy())
-    cols[1].metric("TTFT P50 slope", _slope(lt, "ms/h"), help=_ci(lt, "ms/h"))
+    _trend_metric(cols[1], "TTFT P50 slope", lt, "ms/h")
     for w in an.memory_warnings(_gpu_raw(data.gpu), data.engine):
         st.warning(
             f"**{fmt.md_escape(w.title)}**  \n"
@@ -194,6 +196,16 @@ def _gpu_raw(gpu: pd.DataFrame) -> pd.DataFrame:
     if gpu.empty:
         return pd.DataFrame(columns=["ts", "mem_used_bytes", "mem_total_bytes"])
     return gpu[["ts", "mem_used_bytes", "mem_total_bytes"]]
+
+
+def _trend_metric(col: Any, label: str, t: an.Trend | None, unit: str) -> None:
+    """The slope per hour, or "too short to judge" with the window it needs under it."""
+    short = dx.trend_too_short(t) if t is not None else None
+    if t is None or short is None:
+        col.metric(label, _slope(t, unit), help=_ci(t, unit))
+        return
+    col.metric(label, dx.TOO_SHORT, help=f"{short}: a slope per hour is not extrapolated from it.")
+    col.caption(dx.trend_window_need(t.span_s))
 
 
 def _slope(t: an.Trend | None, unit: str) -> str:

@@ -16,6 +16,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PAGE = str(ROOT / "pages" / "latency.py")
 TIMEOUT = 60
 T0 = 1_800_000_000.0
+#: c8's and c32's length: longer than the 10 minutes a trend needs (analysis.diagnose).
+LEVEL_S = 720.0
 TARGET = "http://sim:8000/metrics"
 HOST = "sim-host"
 GIB = 2**30
@@ -61,9 +63,9 @@ def seed_series(url: str) -> None:
     samples:
 
     - ``c1`` (100 s): one request at a time; TTFT = 10 ms + 0.05 ms × input tokens exactly.
-    - ``c8`` (300 s): KV usage flat at 50 %, GPU memory rising 40 → 44 GiB of 80 (a leak),
+    - ``c8`` (LEVEL_S): KV usage flat at 50 %, GPU memory rising 40 → 44 GiB of 80 (a leak),
       2 preemptions at 50 % KV (fragmentation); healthy latency.
-    - ``c32`` (300 s): 80 % short (100–200 tokens) and 20 % long (8,000) prompts; KV ≥ 95 %
+    - ``c32`` (LEVEL_S): 80 % short (100–200 tokens) and 20 % long (8,000) prompts; KV ≥ 95 %
       from 30 s on, the queue growing 0 → 30, preemptions; short requests' TTFT blown up by
       head-of-line blocking; TTFT rising over the run; throughput ≈ c8's (a plateau).
     """
@@ -95,9 +97,9 @@ def seed_series(url: str) -> None:
         )
         # c8: healthy latency, a leak ----------------------------------------------------
         t8 = T0 + 1000
-        ingest.add_run(store, _run_row("c8", 8, t8, t8 + 300))
+        ingest.add_run(store, _run_row("c8", 8, t8, t8 + LEVEL_S))
         n = 1200
-        sent = t8 + np.sort(rng.uniform(0, 298, n))
+        sent = t8 + np.sort(rng.uniform(0, LEVEL_S - 2, n))
         inp = rng.integers(100, 2000, n)
         ttft = 20.0 + 0.05 * inp + rng.uniform(0, 5, n)
         ingest.add_requests(
@@ -117,18 +119,18 @@ def seed_series(url: str) -> None:
                 }
             ),
         )
-        ts = t8 + np.arange(0, 300, 1.0)
+        ts = t8 + np.arange(0, LEVEL_S, 1.0)
         _engine(store, ts, kv=0.5 + rng.uniform(-0.01, 0.01, ts.size), waiting=0 * ts,
                 preempt=np.where(ts > t8 + 150, 2.0, 0.0), running=8 + 0 * ts)  # fmt: skip
-        _gpu(store, ts, used=(40 + 4 * (ts - t8) / 300) * GIB, util=0.7)
+        _gpu(store, ts, used=(40 + 4 * (ts - t8) / LEVEL_S) * GIB, util=0.7)
         # c32: saturated -------------------------------------------------------------------
         t32 = T0 + 2000
-        ingest.add_run(store, _run_row("c32", 32, t32, t32 + 300))
+        ingest.add_run(store, _run_row("c32", 32, t32, t32 + LEVEL_S))
         n = 1200
-        sent = t32 + np.sort(rng.uniform(0, 298, n))
+        sent = t32 + np.sort(rng.uniform(0, LEVEL_S - 2, n))
         long_ = rng.uniform(0, 1, n) < 0.2
         inp = np.where(long_, 8000, rng.integers(100, 200, n))
-        progress = (sent - t32) / 300
+        progress = (sent - t32) / LEVEL_S
         blocked = rng.uniform(0, 1, n) < 0.05
         ttft = 30.0 + 0.05 * inp + 200 * progress + np.where(blocked, 1500.0, 0.0)
         ingest.add_requests(
@@ -148,9 +150,9 @@ def seed_series(url: str) -> None:
                 }
             ),
         )
-        ts = t32 + np.arange(0, 300, 1.0)
+        ts = t32 + np.arange(0, LEVEL_S, 1.0)
         kv = np.where(ts < t32 + 30, 0.5 + 0.45 * (ts - t32) / 30, 0.97)
-        _engine(store, ts, kv=kv, waiting=np.floor(30 * (ts - t32) / 300),
+        _engine(store, ts, kv=kv, waiting=np.floor(30 * (ts - t32) / LEVEL_S),
                 preempt=np.floor((ts - t32) / 10), running=32 + 0 * ts)  # fmt: skip
         _gpu(store, ts, used=70 * GIB + 0 * ts, util=0.97)
     finally:

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 from streamlit.testing.v1 import AppTest
-from test_latency_page import T0, seed_series
+from test_latency_page import GIB, LEVEL_S, T0, _engine, _gpu, _run_row, seed_series
 
 from store import ingest
 from store.db import Store
@@ -61,6 +63,58 @@ def test_leaking_run_shows_timeline_headroom_and_warnings(db_url: str) -> None:
     assert len(at.get("plotly_chart")) == 1
 
 
+def test_a_29_second_run_shows_no_slopes_but_the_window_a_trend_needs(db_url: str) -> None:
+    """Issue 10 item 12: a 29 s run showed "TTFT P50 slope −182,356.2 ms/h ↓"."""
+    t0 = T0 + 5000
+    store = Store.open(db_url)
+    try:
+        ingest.add_run(store, _run_row("short", 8, t0, t0 + 30))
+        sent = t0 + np.arange(0.0, 30.0, 0.25)
+        ttft = 6000.0 - 50.7 * (sent - t0)  # falling 1.5 s in 30 s: "−182,520 ms/h" if judged
+        ingest.add_requests(
+            store,
+            pd.DataFrame(
+                {
+                    "run_id": "short",
+                    "seq": range(sent.size),
+                    "status": "ok",
+                    "sent_at": sent,
+                    "done_at": sent + 7.0,
+                    "input_tokens": 500,
+                    "output_tokens": 50,
+                    "ttft_ms": ttft,
+                    "tpot_ms": 20.0,
+                    "e2e_ms": ttft + 1000.0,
+                }
+            ),
+        )
+        ts = t0 + np.arange(0.0, 30.0, 1.0)
+        _engine(store, ts, kv=0.3 + 0 * ts, waiting=0 * ts, preempt=0 * ts, running=8 + 0 * ts)
+        _gpu(store, ts, used=(40 + (ts - t0) / 30) * GIB, util=0.7)
+    finally:
+        store.dispose()
+    at = _run(run="short")
+    _no_exception(at)
+    m = _metrics(at)
+    assert m["GPU memory slope"] == "too short to judge"
+    assert m["TTFT P50 slope"] == "too short to judge"
+    needs = [c.value for c in at.caption if c.value.startswith("needs ≥")]
+    # GPU samples at 0 … 29 s; TTFT P50 per time window, the last window starting at 28 s
+    assert needs == ["needs ≥ 10 min of data, have 29 s", "needs ≥ 10 min of data, have 28 s"]
+
+
+def test_a_long_run_shows_its_slopes(db_url: str) -> None:
+    seed_series(db_url)  # c8: LEVEL_S, longer than the 10 minutes a trend needs
+    assert LEVEL_S >= 600
+    at = _run(run="c8")
+    _no_exception(at)
+    m = _metrics(at)
+    assert m["GPU memory slope"].endswith("MiB/h ↑")  # 4 GiB over 12 min: +20,480 MiB/h
+    assert m["GPU memory slope"].startswith("+20,4")
+    assert m["TTFT P50 slope"] != "too short to judge"
+    assert not [c.value for c in at.caption if c.value.startswith("needs ≥")]
+
+
 def test_saturated_run_has_no_leak_warning(db_url: str) -> None:
     seed_series(db_url)
     at = _run(run="c32")
@@ -85,7 +139,7 @@ def test_cap_overlay_and_window_update_the_url(db_url: str) -> None:
     at.slider(key="memory_window").set_value((0.0, 100.0)).run()
     _no_exception(at)
     assert at.query_params["window"] in ("0-100", ["0-100"])
-    assert _metrics(at)["GPU memory peak"] == "41.3 GiB"  # 40 + 4 × 100 / 300
+    assert _metrics(at)["GPU memory peak"] == "40.6 GiB"  # 40 + 4 × 100 / LEVEL_S (720)
 
 
 def test_url_selections_are_restored(db_url: str) -> None:

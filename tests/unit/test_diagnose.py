@@ -182,7 +182,7 @@ def test_degradation_silent_on_flat_short_or_noisy_series() -> None:
     flat = trend(ts, np.full(ts.size, 100.0) + np.sin(ts))
     assert dx.degradation(dx.DiagnosisInput(latency_trend=flat)) is None
     short = trend(np.arange(0, 30, 1.0), np.arange(0, 30, 1.0) * 10 + 100)
-    assert dx.degradation(dx.DiagnosisInput(latency_trend=short)) is None  # < 60 s
+    assert dx.degradation(dx.DiagnosisInput(latency_trend=short)) is None  # 29 s < 10 min
     small = trend(ts, 100 + ts / 3600)  # +1 % over the hour: significant but immaterial
     assert dx.degradation(dx.DiagnosisInput(latency_trend=small)) is None
 
@@ -190,8 +190,49 @@ def test_degradation_silent_on_flat_short_or_noisy_series() -> None:
 # --- together --------------------------------------------------------------------------------
 
 
+def test_trend_rule_needs_ten_minutes_of_data() -> None:
+    """Issue 10 item 12: a 29-second run showed "TTFT P50 slope −182,356.2 ms/h ↓"."""
+    ts = np.arange(0.0, 30.0, 1.0)  # 29 s of windows, TTFT falling 6,000 → 4,500 ms
+    short = trend(ts, 6000.0 - 50.7 * ts)
+    assert short is not None and short.significant  # the fit alone would claim a trend
+    assert dx.trend_too_short(short) == "too short to judge (needs ≥ 10 min of data, have 29 s)"
+    assert dx.MIN_TREND_SPAN_S == 600.0
+    just = trend([0.0, 300.0, 600.0], [1.0, 2.0, 3.0])
+    assert just is not None and dx.trend_too_short(just) is None
+    almost = trend([0.0, 300.0, 599.0], [1.0, 2.0, 3.0])
+    assert almost is not None
+    assert dx.trend_too_short(almost) == "too short to judge (needs ≥ 10 min of data, have 9.9 min)"
+
+
+def test_duration_text() -> None:
+    """Rounded down: a window just short of the rule never reads as long enough."""
+    assert [dx.duration_text(s) for s in (29.9, 89.9, 90.0, 570.0, 600.0, 5400.0, 9000.0)] == [
+        "29 s",
+        "89 s",
+        "1.5 min",
+        "9.5 min",
+        "10 min",
+        "1.5 h",
+        "2.5 h",
+    ]
+
+
+def test_degradation_needs_the_trend_window_and_says_so() -> None:
+    """A rising latency over 9 minutes is no finding (rule 4 needs 10); missing_inputs says why."""
+    ts = np.arange(0.0, 540.0, 10.0)  # 530 s
+    rising = trend(ts, 100 + ts / 2)  # doubles and more: would fire over a long run
+    inp = dx.DiagnosisInput(latency_trend=rising)
+    assert dx.degradation(inp) is None
+    assert dx.missing_inputs(inp)[-1] == (
+        "a long enough window for a trend (rule 4): needs ≥ 10 min of data, have 8.8 min"
+    )
+    long_ts = np.arange(0.0, 660.0, 10.0)
+    (f,) = dx.diagnose(dx.DiagnosisInput(latency_trend=trend(long_ts, 100 + long_ts / 2)))
+    assert f.rule == 4
+
+
 def test_healthy_run_has_no_finding_and_missing_inputs_are_named() -> None:
-    ts = np.arange(0, 600, 10.0)
+    ts = np.arange(0, 900, 10.0)
     healthy = dx.DiagnosisInput(
         engine=_engine([0.4, 0.5, 0.45, 0.5], [0, 0, 1, 0], [0, 0, 0, 0]),
         ttft_p50_ms=50.0,

@@ -171,6 +171,17 @@ def test_trend_chart_draws_the_fitted_line_and_slope() -> None:
     )
 
 
+def test_trend_chart_over_a_short_window_says_too_short_instead_of_a_slope() -> None:
+    """Issue 10 item 12: no per-hour slope (nor its line) extrapolated from 29 s."""
+    ts = T0 + np.arange(0.0, 30.0, 1.0)
+    values = 6000.0 - 50.7 * (ts - T0)
+    d = _dict(lc.trend_chart(ts, values, trend(ts, values), label="TTFT P50", unit="ms"))
+    assert [tr["name"] for tr in d["data"]] == ["TTFT P50"]
+    assert d["layout"]["title"]["text"] == (
+        "TTFT P50 over time · too short to judge (needs ≥ 10 min of data, have 29 s)"
+    )
+
+
 def test_empty_inputs_give_titled_empty_figures() -> None:
     assert _dict(lc.bucket_percentiles(pd.DataFrame(), [], "TTFT"))["layout"]["title"] == {
         "text": "TTFT by bucket: no samples"
