@@ -85,13 +85,10 @@ per_request = view.with_requests(rows, choices)
 if not view.want_distributions(rows):
     st.stop()
 samples = cache_compare.samples(list(per_request))
-for col, (metric, label) in zip(st.columns(2) * 2, view.CDF_METRICS, strict=True):
-    col.plotly_chart(
-        charts.latency_cdfs(
-            samples[samples["metric"] == metric], per_request, label, slo_limit=limits.get(metric)
-        ),
-        key=f"chart_cdf_{metric}",
-    )
+st.plotly_chart(
+    charts.latency_cdf_grid(samples, per_request, view.CDF_METRICS, slo_limits=limits),
+    key="chart_cdfs",
+)
 base, cand = view.pick_pair(per_request)
 if base is None or cand is None or base == cand:
     st.info("Pick two different runs with per-request data as baseline and candidate.")

@@ -7,11 +7,14 @@ Inputs are the frames of ``analysis.compare.curves`` (one row per run with ``ser
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
+import plotly.colors as plotly_colors
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 from analysis.compare import load_axis_title, pareto_front
 
@@ -166,54 +169,148 @@ def pareto_chart(
     return fig
 
 
-def latency_cdfs(
+#: The CDF grid: panels per row, each panel's plot height, the gap between panel rows (the
+#: x-axis title and the next panel's title), the shared legend's columns and the height of one of
+#: its rows (px), and the longest legend label (the full one is in the hover).
+CDF_GRID_COLS = 2
+CDF_PANEL_PX = 260
+CDF_GAP_PX = 90
+CDF_LEGEND_COLS = 2
+CDF_LEGEND_ROW_PX = 30
+CDF_LABEL_CHARS = 60
+_AXIS_TITLE_PX = 50  # below the bottom panels: tick labels and the x-axis title
+#: A legend entry's text width as a fraction of the figure's plot width: entries of exactly
+#: 1 / CDF_LEGEND_COLS do not fit beside one another once their symbols are added.
+CDF_LEGEND_ENTRY = 0.9 / CDF_LEGEND_COLS
+
+
+def run_colors(n: int) -> list[str]:
+    """One colour per run, the same in every panel: Plotly's ten, or Dark24 for more runs
+    (cycled past 24; the line dash then differs, see :func:`latency_cdf_grid`)."""
+    palette = plotly_colors.qualitative.Plotly if n <= 10 else plotly_colors.qualitative.Dark24
+    return [palette[i % len(palette)] for i in range(n)]
+
+
+def _short(label: str, chars: int = CDF_LABEL_CHARS) -> str:
+    return label if len(label) <= chars else label[: chars - 1].rstrip() + "…"
+
+
+def _cdf_xy(values: np.ndarray) -> tuple[list[float], list[float]]:
+    """A sorted sample's empirical CDF through at most CDF_POINTS quantiles."""
+    if values.size <= CDF_POINTS:
+        xs, ys = values, np.arange(1, values.size + 1) / values.size
+    else:
+        ys = np.linspace(0.0, 1.0, CDF_POINTS)
+        xs = np.quantile(values, ys)
+    return np.round(xs, 6).tolist(), np.round(ys, 6).tolist()
+
+
+def latency_cdf_grid(
     samples: pd.DataFrame,
     labels: Mapping[str, str],
-    metric: str,
+    metrics: Sequence[tuple[str, str]],
     *,
-    slo_limit: float | None = None,
+    slo_limits: Mapping[str, float] | None = None,
 ) -> go.Figure:
-    """Empirical CDF of ``metric`` per run (``samples``: run_id, value in ms), each drawn
-    through at most ``CDF_POINTS`` quantiles; a vertical line at the SLO target if given."""
-    x_title = f"{metric} (ms)"
-    title = f"{metric} CDF"
-    if samples.empty:
-        return _empty(title, x_title, "fraction ≤ x")
-    fig = go.Figure()
-    for run_id, label in labels.items():
-        values = pd.to_numeric(samples.loc[samples["run_id"] == run_id, "value"]).to_numpy(
-            dtype="float64"
+    """Empirical CDFs of several metrics (``samples``: run_id, metric, value in ms), one panel
+    per metric (``metrics``: column → name, e.g. ``("ttft_ms", "TTFT")``), with ONE legend for
+    all panels below them, so every panel keeps the full width of its column for any number of
+    runs. A run has one colour and one legend entry across panels (clicking it hides the run
+    everywhere); each curve goes through at most ``CDF_POINTS`` quantiles; a dashed line marks
+    a metric's SLO target where ``slo_limits`` has one. The figure's height grows with the
+    legend's rows."""
+    limits = dict(slo_limits or {})
+    rows = max(1, math.ceil(len(metrics) / CDF_GRID_COLS))
+    run_ids = list(labels)
+    colors = run_colors(len(run_ids))
+    usable = not samples.empty and {"run_id", "metric", "value"} <= set(samples.columns)
+    titles = []
+    curves: list[list[tuple[str, np.ndarray]]] = []
+    for metric, name in metrics:
+        per_run = []
+        of_metric = (
+            samples[samples["metric"] == metric]
+            if usable
+            else pd.DataFrame({"run_id": [], "value": []})
         )
-        values = np.sort(values[~np.isnan(values)])
-        if values.size == 0:
-            continue
-        if values.size <= CDF_POINTS:
-            xs, ys = values, np.arange(1, values.size + 1) / values.size
-        else:
-            ys = np.linspace(0.0, 1.0, CDF_POINTS)
-            xs = np.quantile(values, ys)
-        fig.add_trace(
-            go.Scatter(
-                x=np.round(xs, 6).tolist(),
-                y=np.round(ys, 6).tolist(),
-                mode="lines",
-                line={"shape": "hv"},
-                name=f"{label} (n={values.size:,})",
-                hovertemplate="%{y:.1%} ≤ %{x:.2f} ms<extra>%{fullData.name}</extra>",
+        for run_id in run_ids:
+            column = of_metric.loc[of_metric["run_id"] == run_id, "value"]
+            values = pd.to_numeric(column).to_numpy(dtype="float64")
+            values = np.sort(values[~np.isnan(values)])
+            if values.size:
+                per_run.append((run_id, values))
+        curves.append(per_run)
+        titles.append(f"{name} CDF" if per_run else f"{name} CDF: no data")
+    grid_px = rows * CDF_PANEL_PX + (rows - 1) * CDF_GAP_PX
+    fig = make_subplots(
+        rows=rows,
+        cols=CDF_GRID_COLS,
+        subplot_titles=titles,
+        horizontal_spacing=0.08,
+        vertical_spacing=CDF_GAP_PX / grid_px,
+    )
+    shown: set[str] = set()
+    for i, ((metric, name), per_run) in enumerate(zip(metrics, curves, strict=True)):
+        row, col = i // CDF_GRID_COLS + 1, i % CDF_GRID_COLS + 1
+        for run_id, values in per_run:
+            k = run_ids.index(run_id)
+            xs, ys = _cdf_xy(values)
+            fig.add_trace(
+                go.Scatter(
+                    x=xs,
+                    y=ys,
+                    mode="lines",
+                    line={
+                        "shape": "hv",
+                        "color": colors[k],
+                        "dash": "solid" if k < 24 else "dot",
+                    },
+                    name=_text(_short(labels[run_id])),
+                    legendgroup=run_id,
+                    showlegend=run_id not in shown,
+                    hovertemplate=(
+                        f"%{{y:.1%}} ≤ %{{x:.2f}} ms<extra>{_text(labels[run_id])} "
+                        f"(n={values.size:,})</extra>"
+                    ),
+                ),
+                row=row,
+                col=col,
             )
-        )
-    if not fig.data:
-        return _empty(title, x_title, "fraction ≤ x")
-    if slo_limit is not None:
-        fig.add_vline(
-            x=float(slo_limit),
-            line={"dash": "dash", "color": "crimson", "width": 1},
-            annotation={"text": f"SLO {slo_limit:g} ms"},
-        )
+            shown.add(run_id)
+        if metric in limits and per_run:
+            fig.add_vline(
+                x=float(limits[metric]),
+                line={"dash": "dash", "color": "crimson", "width": 1},
+                annotation={"text": f"SLO {limits[metric]:g} ms"},
+                row=row,
+                col=col,
+            )
+        fig.update_xaxes(title_text=f"{name} (ms)", row=row, col=col)
+        fig.update_yaxes(range=[0, 1.02], tickformat=".0%", row=row, col=col)
+        if col == 1:
+            fig.update_yaxes(title_text="fraction ≤ x", row=row, col=col)
+    legend_px = math.ceil(len(shown) / CDF_LEGEND_COLS) * CDF_LEGEND_ROW_PX
+    bottom = _AXIS_TITLE_PX + legend_px + 10
     fig.update_layout(
-        title={"text": title},
-        xaxis_title=x_title,
-        yaxis={"title": {"text": "fraction ≤ x"}, "range": [0, 1.02], "tickformat": ".0%"},
-        margin=_MARGIN,
+        height=_MARGIN["t"] + grid_px + bottom,
+        margin={**_MARGIN, "b": bottom},
+        showlegend=bool(shown),
+        legend={
+            "orientation": "h",
+            "x": 0,
+            "xanchor": "left",
+            "y": -_AXIS_TITLE_PX / grid_px,  # paper units: the grid's height is 1
+            "yanchor": "top",
+            "entrywidthmode": "fraction",
+            "entrywidth": CDF_LEGEND_ENTRY,
+            "groupclick": "togglegroup",
+        },
     )
     return fig
+
+
+def _text(label: str) -> str:
+    """A run's label as Plotly text: its pseudo-HTML tags and hovertemplate ``%{…}`` defused."""
+    return (
+        label.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("%{", "% {")
+    )

@@ -6,6 +6,7 @@ from typing import Any
 
 import pandas as pd
 import plotly.graph_objects as go
+import pytest
 
 from ui import compare_charts as charts
 
@@ -105,22 +106,102 @@ def test_pareto_chart_draws_the_frontier() -> None:
     assert d["layout"]["xaxis"] == {"title": {"text": "tokens/s per user (1000 / median TPOT)"}}
 
 
-def test_latency_cdfs_per_run_with_slo() -> None:
-    samples = pd.DataFrame({"run_id": ["x", "x", "y"], "value": [3.0, 1.0, 2.0]})
-    d = _dict(charts.latency_cdfs(samples, {"x": "X", "y": "Y", "z": "Z"}, "TTFT", slo_limit=2.5))
-    assert [(t["name"], t["x"], t["y"]) for t in d["data"]] == [
-        ("X (n=2)", [1.0, 3.0], [0.5, 1.0]),
-        ("Y (n=1)", [2.0], [1.0]),
+METRICS = (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("itl_ms", "ITL"), ("e2e_ms", "E2E"))
+
+
+def _samples(run_ids: list[str], per_run: int = 5) -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            {"run_id": r, "metric": m, "value": float(i * 10 + k)}
+            for i, r in enumerate(run_ids)
+            for m, _ in METRICS
+            for k in range(per_run)
+        ]
+    )
+
+
+def _labels(n: int) -> dict[str, str]:
+    """Labels as long as the demo's (name · framework · model · load)."""
+    return {f"r{i}": f"demo sim-{i} c={2**i} · sim · llama-3.1-8b · c={2**i}" for i in range(n)}
+
+
+def test_latency_cdf_grid_per_run_with_slo() -> None:
+    samples = pd.DataFrame(
+        {
+            "run_id": ["x", "x", "y", "x"],
+            "metric": ["ttft_ms", "ttft_ms", "ttft_ms", "e2e_ms"],
+            "value": [3.0, 1.0, 2.0, 7.0],
+        }
+    )
+    labels = {"x": "X", "y": "Y", "z": "Z"}
+    d = _dict(charts.latency_cdf_grid(samples, labels, METRICS, slo_limits={"ttft_ms": 2.5}))
+    assert [(t["name"], t["x"], t["y"], t["xaxis"]) for t in d["data"]] == [
+        ("X", [1.0, 3.0], [0.5, 1.0], "x"),
+        ("Y", [2.0], [1.0], "x"),
+        ("X", [7.0], [1.0], "x4"),
     ]
-    assert d["layout"]["shapes"][0]["x0"] == 2.5
-    assert d["layout"]["title"] == {"text": "TTFT CDF"}
+    assert "X (n=2)" in d["data"][0]["hovertemplate"]
+    assert [t["showlegend"] for t in d["data"]] == [True, True, False]  # one entry per run
+    assert [t["legendgroup"] for t in d["data"]] == ["x", "y", "x"]
+    assert d["data"][0]["line"]["color"] == d["data"][2]["line"]["color"]  # same run, same colour
+    assert d["data"][0]["line"]["color"] != d["data"][1]["line"]["color"]
+    assert [a["text"] for a in d["layout"]["annotations"][:4]] == [
+        "TTFT CDF",
+        "TPOT CDF: no data",
+        "ITL CDF: no data",
+        "E2E CDF",
+    ]
+    (slo,) = d["layout"]["shapes"]
+    assert slo["x0"] == 2.5 and slo["line"] == SLO_LINE and slo["xref"] == "x"
+    assert d["layout"]["xaxis"]["title"] == {"text": "TTFT (ms)"}
+    assert d["layout"]["yaxis"]["tickformat"] == ".0%"
 
 
 def test_cdf_is_capped_at_cdf_points() -> None:
-    samples = pd.DataFrame({"run_id": "x", "value": [float(i) for i in range(10_000)]})
-    d = _dict(charts.latency_cdfs(samples, {"x": "X"}, "E2E"))
+    samples = pd.DataFrame(
+        {"run_id": "x", "metric": "e2e_ms", "value": [float(i) for i in range(10_000)]}
+    )
+    d = _dict(charts.latency_cdf_grid(samples, {"x": "X"}, METRICS))
     assert len(d["data"][0]["x"]) == charts.CDF_POINTS
     assert d["data"][0]["x"][0] == 0.0 and d["data"][0]["x"][-1] == 9999.0
+
+
+@pytest.mark.parametrize("n_runs", [2, 9, 20])
+def test_cdf_grid_has_one_legend_below_the_panels_at_any_number_of_runs(n_runs: int) -> None:
+    """Issue 10 item 12: four CDFs, each with its own legend beside it, left plots ~50 px wide
+    with the demo's 9 runs. One legend for the four panels, below them, in columns."""
+    labels = _labels(n_runs)
+    d = _dict(charts.latency_cdf_grid(_samples(list(labels)), labels, METRICS))
+    layout = d["layout"]
+    assert sum(t["showlegend"] for t in d["data"]) == n_runs  # each run once, not once a panel
+    assert len(d["data"]) == 4 * n_runs
+    legend = layout["legend"]
+    assert legend["orientation"] == "h"
+    assert legend["y"] < 0 and legend["yanchor"] == "top"  # below the panels, not beside them
+    assert legend["entrywidthmode"] == "fraction"
+    assert legend["entrywidth"] * charts.CDF_LEGEND_COLS < 1  # the columns fit side by side
+    assert legend["groupclick"] == "togglegroup"
+    # the panels share the figure's width, whatever the number of runs
+    widths = [layout[f"xaxis{i or ''}"]["domain"] for i in ("", 2, 3, 4)]
+    assert [round(hi - lo, 2) for lo, hi in widths] == [0.46] * 4
+    # room for the legend's rows, below the panels' fixed height
+    rows = -(-n_runs // charts.CDF_LEGEND_COLS)
+    assert layout["margin"]["b"] == 50 + rows * charts.CDF_LEGEND_ROW_PX + 10
+    assert (
+        layout["height"] == 40 + 2 * charts.CDF_PANEL_PX + charts.CDF_GAP_PX + layout["margin"]["b"]
+    )
+    assert len({t["line"]["color"] + t["line"]["dash"] for t in d["data"]}) == n_runs
+    names = [t["name"] for t in d["data"] if t["showlegend"]]
+    assert max(len(n) for n in names) <= charts.CDF_LABEL_CHARS
+
+
+def test_cdf_grid_labels_are_shortened_and_escaped() -> None:
+    labels = {"x": "**bold** <b>x</b> " + "y" * 60}
+    samples = pd.DataFrame({"run_id": ["x"], "metric": ["ttft_ms"], "value": [1.0]})
+    (trace,) = _dict(charts.latency_cdf_grid(samples, labels, METRICS))["data"]
+    assert trace["name"].startswith("**bold** &lt;b&gt;x&lt;/b&gt; yyy")
+    assert trace["name"].endswith("…")
+    assert "<b>" not in trace["hovertemplate"].split("<extra>")[1].removesuffix("</extra>")
 
 
 def test_empty_inputs_say_no_data() -> None:
@@ -130,6 +211,8 @@ def test_empty_inputs_say_no_data() -> None:
     }
     assert _dict(charts.pareto_chart(empty))["data"] == []
     none = pd.DataFrame({"run_id": [], "value": []})
-    assert _dict(charts.latency_cdfs(none, {}, "TPOT"))["layout"]["title"] == {
-        "text": "TPOT CDF: no data"
-    }
+    d = _dict(charts.latency_cdf_grid(none, {"x": "X"}, METRICS))
+    assert [a["text"] for a in d["layout"]["annotations"]] == [
+        f"{name} CDF: no data" for _, name in METRICS
+    ]
+    assert d["data"] == [] and d["layout"]["showlegend"] is False
