@@ -83,13 +83,14 @@ def _free_port() -> int:
 
 @contextlib.contextmanager
 def running_sim(engine: DemoEngine, *, startup_timeout_s: float = 60.0) -> Iterator[str]:
-    """Run ``servescope sim`` for ``engine`` in a child process; yields its base URL."""
+    """Run ``servescope sim`` for ``engine`` in a child process; yields its base URL. The child
+    ends with the block, however it ends (an error, Ctrl-C, SIGTERM: see cli.py)."""
     port = _free_port()
     cmd = [sys.executable, "-m", "cli", "sim", *engine.sim_args(port)]
+    url = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen(
         cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     )
-    url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + startup_timeout_s
         with httpx.Client(timeout=2.0) as client:
@@ -105,14 +106,19 @@ def running_sim(engine: DemoEngine, *, startup_timeout_s: float = 60.0) -> Itera
                 time.sleep(0.1)
         yield url
     finally:
-        proc.terminate()
+        # a stop signal (SIGTERM/SIGHUP arrive as KeyboardInterrupt, see cli.py) may come while
+        # this waits: the sim is killed then, never left running
         try:
+            proc.terminate()
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if proc.stderr:
-            proc.stderr.close()
+            pass
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            if proc.stderr:
+                proc.stderr.close()
 
 
 def _completed_run_ids(store: Store) -> set[str]:

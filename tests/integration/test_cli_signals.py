@@ -184,3 +184,36 @@ def test_sigterm_to_demo_dashboard_stops_streamlit(tmp_path: Path) -> None:
     with servescope(tmp_path, "demo", "--port", str(port), "--quiet") as proc:
         wait_for(lambda: _healthy(port), 90, "the demo's dashboard")
         assert _stop_and_check(proc, port, children(proc.pid)) == 0
+
+
+def test_a_second_signal_while_the_demo_stops_its_sim_still_kills_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two signals in a row (a supervisor's SIGTERM, then a user's Ctrl-C): the second lands
+    while running_sim waits for its sim to exit. That wait is made to raise here, as the
+    second signal would, and the sim process must still be gone."""
+    from collectors import demo
+
+    engine = demo.DemoEngine("sig", "H100-SXM-80GB", "llama-3.1-8b", "signal test")
+    real_wait = subprocess.Popen.wait
+    sims: list[int] = []
+
+    def wait(self: subprocess.Popen[str], timeout: float | None = None) -> int:
+        if timeout is not None and self.pid in sims:  # the polite wait after terminate()
+            raise KeyboardInterrupt("the second signal")
+        return real_wait(self, timeout)
+
+    with (
+        pytest.raises(KeyboardInterrupt, match="the second signal"),
+        demo.running_sim(engine),
+    ):
+        sims.extend(k for k in children(os.getpid()) if " sim " in cmdline(k))
+        assert sims, "no sim child found"
+        monkeypatch.setattr(subprocess.Popen, "wait", wait)
+        raise KeyboardInterrupt("the first signal")
+    monkeypatch.undo()
+    try:
+        wait_for(lambda: not alive(sims[0]), 10, "the sim to be gone")
+    finally:
+        if alive(sims[0]):
+            os.kill(sims[0], signal.SIGKILL)
