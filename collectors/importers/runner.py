@@ -2,9 +2,10 @@
 then write each import unit (a file, or a summary + records pair) on its own.
 
 A unit that fails leaves nothing behind and the batch goes on; every failure is reported with
-the file, the line or key, what was found and what was expected. Runs already stored (same
-content-hash id) are skipped unless ``replace`` is set, so importing a file twice changes
-nothing.
+the file, the line or key, what was found and what was expected. Every value a unit would write
+is checked against its physical bound (``validate.check_parsed``) before the store sees it.
+Runs already stored (same content-hash id) are skipped unless ``replace`` is set, so importing
+a file twice changes nothing.
 """
 
 from __future__ import annotations

@@ -15,6 +15,9 @@ file is stored. What ``NaN`` (or ``null``) means is part of each bound:
   ``Infinity``); NaN / null = not given.
 - a tool's own aggregates (``tool_summary``): NaN / ±inf = not given (SGLang writes ``NaN``
   for the std of one sample); a finite value is checked against its metric's bound.
+- engine (Prometheus) sample values from AIPerf's server-metrics export are kept as the
+  exposition gave them, as a live scrape keeps them (``NaN`` is a valid sample value there);
+  their timestamps are checked.
 
 :func:`check_parsed` is the net behind the importers: every column of every row an importer
 produced — including values it derived, such as E2E from two timestamps — is checked against
