@@ -258,7 +258,7 @@ class Store:
         try:
             with conn.begin():
                 yield conn
-        except sa.exc.SQLAlchemyError as exc:
+        except _DRIVER_ERRORS as exc:
             if is_lock_error(exc):
                 raise StoreLockedError(
                     f"the store {self.url} is locked by another process",
@@ -330,6 +330,23 @@ class _PinnedStore(Store):
     def pinned(self) -> Iterator[Store]:
         yield self
 
+
+def _driver_errors() -> tuple[type[Exception], ...]:
+    """SQLAlchemy's errors and those of the drivers whose raw connections the bulk paths use
+    (DuckDB's Arrow insert, PostgreSQL's COPY), so every store failure leaves as a StoreError."""
+    found: list[type[Exception]] = [sa.exc.SQLAlchemyError]
+    with contextlib.suppress(ImportError):
+        import duckdb
+
+        found.append(duckdb.Error)
+    with contextlib.suppress(ImportError):
+        import psycopg
+
+        found.append(psycopg.Error)
+    return tuple(found)
+
+
+_DRIVER_ERRORS = _driver_errors()
 
 _DUCKDB_OPEN_CLOSE: dict[str, threading.Lock] = {}
 

@@ -237,7 +237,10 @@ def _duckdb_insert(
         result = raw.execute(insert).fetchall()
         return int(result[0][0]) if result else len(df)
     finally:
-        raw.unregister(name)
+        # After a failed statement DuckDB refuses even this ("transaction is aborted"); the
+        # view dies with the connection anyway, and the statement's own error must propagate.
+        with contextlib.suppress(Exception):
+            raw.unregister(name)
 
 
 def _arrow(df: pd.DataFrame) -> pa.Table:

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import sqlalchemy as sa
 
-from errors import ConfigError, InputError, StoreLockedError
+from errors import ConfigError, InputError, StoreError, StoreLockedError
 from store import catalog, ingest, migrations, queries_admin, run_stats, schema
 from store.db import Store
 
@@ -85,6 +85,26 @@ def test_bulk_rejects_unknown_columns_and_writes_nothing(store_url: str) -> None
     with pytest.raises(InputError, match="api_key"):
         ingest.add_requests(store, bad)
     assert queries_admin.table_counts(store)["requests"] == 0
+
+
+@pytest.mark.parametrize(
+    ("table", "rows", "reason"),
+    [
+        ("token_gaps", [{"run_id": "r", "seq": 0, "idx": 0, "gap_ms": None}], "gap_ms"),
+        ("requests", [{"run_id": "r", "seq": 0, "input_tokens": 3_000_000_000}], "3000000000"),
+    ],
+)
+def test_a_bulk_write_the_database_refuses_is_a_store_error_naming_why(
+    store_url: str, table: str, rows: list[dict[str, object]], reason: str
+) -> None:
+    """The driver's own error (DuckDB's Arrow insert and PostgreSQL's COPY bypass SQLAlchemy)
+    leaves as a StoreError that says what the database refused, and nothing is written."""
+    store = Store.open(store_url)
+    ingest.add_requests(store, _requests("kept", 2))
+    with pytest.raises(StoreError, match=reason):
+        ingest.add_rows(store, table, rows)
+    counts = queries_admin.table_counts(store)
+    assert counts["requests"] == 2 and counts["token_gaps"] == 0
 
 
 def test_replace_run_is_all_or_nothing(store_url: str) -> None:
