@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from collectors.loadgen.arrivals import ARRIVALS
+from collectors.redact import redact
 from errors import InputError
 
 APIS = ("chat", "completions")
@@ -215,7 +216,7 @@ class BenchConfig:
     def validated(self) -> BenchConfig:
         if not self.endpoint or not re.match(r"^https?://[^/]+", self.endpoint.strip()):
             raise InputError(
-                f"--endpoint {self.endpoint!r} is not an http(s) URL",
+                f"--endpoint {redact(self.endpoint)!r} is not an http(s) URL",
                 hint="e.g. --endpoint http://127.0.0.1:8000 (with or without /v1)",
             )
         if self.api not in APIS:
@@ -268,7 +269,7 @@ class BenchConfig:
         for url in [*self.dcgm_urls, *([self.metrics_url] if self.metrics_url else [])]:
             if url not in ("auto", "off") and not re.match(r"^https?://[^/]+", url):
                 raise InputError(
-                    f"metrics URL {url!r} is not an http(s) URL",
+                    f"metrics URL {redact(url)!r} is not an http(s) URL",
                     hint="e.g. --metrics-url http://127.0.0.1:8000/metrics, or auto / off",
                 )
         if self.transport not in TRANSPORTS:

@@ -101,6 +101,13 @@ def test_config_validation_in_python() -> None:
         ).validated()
 
 
+def test_a_refused_url_is_quoted_without_its_password() -> None:
+    bad = "ftp://user:hunter2-pw@host:21/v1"
+    with pytest.raises(InputError) as info:
+        BenchConfig(endpoint=bad, workload="mixed", concurrency=(1,), requests=1).validated()
+    assert "hunter2-pw" not in str(info.value) and "ftp://***@host:21/v1" in str(info.value)
+
+
 def test_requests_below_one_is_refused_by_the_parser(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         parse(*BASE, "--rate", "4", "--requests", "0")
