@@ -430,6 +430,7 @@ def _client_params(
         "workload": cfg.workload or (cfg.workload_spec or {}).get("name"),
         "dataset": cfg.dataset,
         "load": {"kind": level.kind, "value": level.value},
+        "concurrency_capped": cfg.capped_note(level),
         "arrival": cfg.arrival if level.kind == "rate" else "concurrency",
         "burstiness": cfg.burstiness,
         "requests": cfg.requests,

@@ -75,7 +75,10 @@ def test_streams_beyond_the_requests_are_never_started(tmp_path: Path) -> None:
     assert len(runs) == 1 and runs["concurrency"].tolist() == [5]
     assert runs["status"].tolist() == ["completed"]
     assert "capped at 5 streams" in runs["notes"].iloc[0]
-    assert json.loads(runs["client_params"].iloc[0])["load"] == {"kind": "concurrency", "value": 5}
+    params = json.loads(runs["client_params"].iloc[0])
+    assert params["load"] == {"kind": "concurrency", "value": 5}
+    assert params["concurrency_capped"]["requested"] == [99_999_999]
+    assert params["concurrency_capped"]["streams"] == 5
     reqs = store.read_df("SELECT status FROM requests")
     assert reqs["status"].tolist() == ["ok"] * 5
     store.dispose()
