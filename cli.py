@@ -26,7 +26,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import settings
-from errors import InputError, ServeScopeError
+from errors import ExitCode, InputError, ServeScopeError
 
 if TYPE_CHECKING:
     from store.db import Store
@@ -103,7 +103,7 @@ def _run_db(args: argparse.Namespace) -> int:
             print(
                 f"servescope db prepare: {store.url} refused the writes (locked?)", file=sys.stderr
             )
-            return 1
+            return ExitCode.PARTIAL
         print(f"prepared {len(ids)} run(s) in {store.url}")
     else:
         print(f"store: {store.url}")
@@ -120,9 +120,14 @@ def _ingest_spool(store: Store, *, legacy: bool) -> int:
     """``db ingest-spool``: this store's batches from its spool folder (and the old shared
     ``data/spool``); says what it left for other stores, and where."""
     from store import ingest
+    from store.db import location_spool_dir
 
     own = store.identity().spool_dir
-    folders = [own] + [f for f in (_OLD_SPOOL_DIR,) if f.is_dir() and f.resolve() != own.resolve()]
+    extra = [_OLD_SPOOL_DIR]
+    if store.dialect not in ("duckdb", "sqlite"):
+        # a server store's batches spooled while its id was unknown: its location's folder
+        extra.insert(0, location_spool_dir(store.location))
+    folders = [own] + [f for f in extra if f.is_dir() and f.resolve() != own.resolve()]
     total = ingest.SpoolReport(own)
     lines: list[str] = []
     for folder in folders:
@@ -147,7 +152,7 @@ def _ingest_spool(store: Store, *, legacy: bool) -> int:
             "kept as *.rejected (see the log)",
             file=sys.stderr,
         )
-        return 1
+        return ExitCode.PARTIAL
     return 0
 
 
@@ -348,7 +353,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"servescope: error: {exc.message}", file=sys.stderr)
         if exc.hint:
             print(f"  hint: {exc.hint}", file=sys.stderr)
-        return 2
+        return ExitCode.ERROR
     except KeyboardInterrupt as exc:
         # Ctrl-C: 130; SIGTERM: 143; SIGHUP: 129 (bench's BenchInterrupted carries its signal too)
         signum = int(getattr(exc, "signum", signal.SIGINT))

@@ -16,6 +16,23 @@ these once, at the seam where they are caught; everything above the seam sees on
 
 from __future__ import annotations
 
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """What every ``servescope`` command's exit status means (stopped by a signal: 128 + it)."""
+
+    OK = 0
+    #: the command ran but could not do all it was asked (e.g. some import files refused)
+    PARTIAL = 1
+    #: bad input, unusable endpoint or store: nothing was done (a ServeScopeError)
+    ERROR = 2
+    #: a bench run failed (no success, or more failures than --max-error-rate), or a watch
+    #: collected nothing (every scrape of every target failed)
+    FAILED = 3
+    #: the store stayed locked: rows were kept in the spool (``servescope db ingest-spool``)
+    SPOOLED = 4
+
 
 class ServeScopeError(Exception):
     """Base of every error ServeScope raises on purpose.

@@ -2,8 +2,9 @@
 
 cli.py calls :func:`register` with its subparsers. The command runs until ``--duration`` or
 Ctrl-C (which flushes what is buffered), printing a one-line live status. Exit codes: 0 when
-something was collected, :data:`EXIT_NOTHING_COLLECTED` (3) when every scrape of every target
-failed (a CI pipeline can tell), 2 for bad input.
+something was collected, ``errors.ExitCode.FAILED`` (3) when every scrape of every target
+failed (a CI pipeline can tell), ``SPOOLED`` (4) when the store stayed locked and rows wait in the
+spool, 2 for bad input.
 """
 
 from __future__ import annotations
@@ -16,13 +17,10 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from collectors import watch as watch_mod
-from errors import InputError, ServeScopeError
+from errors import ExitCode, InputError, ServeScopeError
 
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
-
-#: ``servescope watch`` exits with this when every scrape of every target failed.
-EXIT_NOTHING_COLLECTED = 3
 
 
 def parse_duration(text: str) -> float:
@@ -42,8 +40,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Scrape engines' /metrics, DCGM exporters, this host's GPUs (NVML) and/or a "
         "Prometheus server on an interval and store the samples. Runs until --duration or "
         "Ctrl-C or SIGTERM (which flush what is buffered). Exit status: 0 when anything was "
-        f"collected, {EXIT_NOTHING_COLLECTED} when every scrape of every target failed, 2 for "
-        "bad input.",
+        f"collected, {ExitCode.FAILED} when every scrape of every target failed, "
+        f"{ExitCode.SPOOLED} when the store stayed locked and rows wait in the spool "
+        "(servescope db ingest-spool), 2 for bad input.",
     )
     p.add_argument(
         "--metrics",
@@ -162,16 +161,26 @@ def run(args: argparse.Namespace) -> int:
         file=out,
         flush=True,
     )
+    batches_left, rows_left = writer.spooled()
+    if rows_left:
+        print(
+            f"servescope watch: the store stayed locked: {rows_left:,} rows ({batches_left} "
+            f"batch(es)) spooled at {writer.spool_dir.resolve()}; they are not in the store yet. "
+            f"Run `servescope db ingest-spool --db {store.url}` when the store is free "
+            f"(exit {ExitCode.SPOOLED}).",
+            file=out,
+            flush=True,
+        )
     states = watcher.states
     if states and errors and not any(s.scrapes for s in states):
         print(
             f"servescope watch: every scrape failed ({errors} of {errors}, "
-            f"{len(states)} target(s)): nothing was collected (exit {EXIT_NOTHING_COLLECTED})",
+            f"{len(states)} target(s)): nothing was collected (exit {ExitCode.FAILED})",
             file=out,
             flush=True,
         )
-        return EXIT_NOTHING_COLLECTED
-    return 0
+        return ExitCode.FAILED
+    return ExitCode.SPOOLED if rows_left else ExitCode.OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:

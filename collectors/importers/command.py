@@ -13,6 +13,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from errors import ExitCode
+
 from .model import ImportOptions
 from .registry import FORMATS
 from .runner import FileReport, import_paths
@@ -137,4 +139,4 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     print_summary(reports, out)
     # the new runs' summaries (and large runs' page views), so the first view of them is quick
     run_views.prepare(store, [rid for r in reports for rid in r.run_ids])
-    return 1 if any(r.error for r in reports) else 0
+    return ExitCode.PARTIAL if any(r.error for r in reports) else ExitCode.OK

@@ -17,7 +17,7 @@ from collectors.loadgen.config import (
     normalise_engine_params,
     parse_list,
 )
-from errors import InputError
+from errors import ExitCode, InputError
 
 EPILOG = """\
 examples:
@@ -249,10 +249,6 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
     return replace(config, notes="; ".join(capped)) if capped else config
 
 
-EXIT_RUN_FAILED = 3
-EXIT_SPOOLED = 4
-
-
 def error_rate(text: str) -> float:
     """An argparse ``type``: a fraction 0..1 (``--max-error-rate``)."""
     try:
@@ -301,7 +297,7 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     if outcome.failed and not code:
-        code = EXIT_RUN_FAILED
+        code = ExitCode.FAILED
     if outcome.rows_spooled:
         where = ", ".join(str(d.resolve()) for d in outcome.spool_dirs)
         print(
@@ -311,7 +307,7 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         if not code:
-            code = EXIT_SPOOLED
+            code = ExitCode.SPOOLED
     for sig, previous in interrupted.items():
         signal.signal(sig, previous)
     if outcome.run_ids and not outcome.rows_spooled:
