@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from analysis.latency import KV_FULL, Trend
+from analysis.latency import KV_FULL, Trend, trend_too_short, trend_window_need
 
 #: Rule 1: the share of engine samples with KV usage ≥ KV_FULL that counts as saturated.
 KV_SATURATED_SHARE = 0.10
@@ -45,13 +45,6 @@ GPU_IDLE = 0.60
 #: Rule 4: latency must change by this fraction of its start level, memory by this of total.
 LATENCY_DRIFT = 0.20
 MEMORY_DRIFT = 0.02
-#: Rule 4 and every slope shown: the least time a trend's points must span to be judged. Slopes
-#: are shown per hour; over 10 minutes that extrapolates the data at most 6×, and the first
-#: minute's warm-up (compilation, caches filling, the allocator growing) can no longer pass for
-#: a trend. A 29 s run once showed "TTFT P50 slope −182,356 ms/h". See docs/metrics.md § Trends.
-MIN_TREND_SPAN_S = 600.0
-#: What a display shows instead of a slope over a shorter window.
-TOO_SHORT = "too short to judge"
 
 
 @dataclass(frozen=True)
@@ -91,29 +84,6 @@ class DiagnosisInput:
     memory_trend: Trend | None = None
     memory_total_bytes: float | None = None
     notes: dict[str, str] = field(default_factory=dict)
-
-
-def trend_too_short(t: Trend) -> str | None:
-    """None when ``t`` spans at least MIN_TREND_SPAN_S, else what to show instead of its slope:
-    "too short to judge (needs ≥ 10 min of data, have 29 s)"."""
-    if t.span_s >= MIN_TREND_SPAN_S:
-        return None
-    return f"{TOO_SHORT} ({trend_window_need(t.span_s)})"
-
-
-def trend_window_need(span_s: float) -> str:
-    """ "needs ≥ 10 min of data, have 29 s" (the part of :func:`trend_too_short` in brackets)."""
-    return f"needs ≥ {duration_text(MIN_TREND_SPAN_S)} of data, have {duration_text(span_s)}"
-
-
-def duration_text(seconds: float) -> str:
-    """29 s, 9.5 min, 10 min, 1.5 h: a window's length as the trend rule's messages give it,
-    rounded down (599 s is "9.9 min", never "10 min")."""
-    if seconds < 90:
-        return f"{math.floor(seconds):d} s"
-    if seconds < 90 * 60:
-        return f"{math.floor(seconds / 6) / 10:.1f}".removesuffix(".0") + " min"
-    return f"{math.floor(seconds / 360) / 10:.1f}".removesuffix(".0") + " h"
 
 
 def _ok(value: float | None) -> bool:

@@ -290,6 +290,16 @@ def engine_state_at(
 # --- trends ------------------------------------------------------------------------------------
 
 
+#: Every slope judged or shown (diagnosis rule 4, Memory's leak warning and slopes, Latency's
+#: trend chart): the least time a trend's points must span to be judged. Slopes are shown per
+#: hour; over 10 minutes that extrapolates the data at most 6×, and the first
+#: minute's warm-up (compilation, caches filling, the allocator growing) can no longer pass for
+#: a trend. A 29 s run once showed "TTFT P50 slope −182,356 ms/h". See docs/metrics.md § Trends.
+MIN_TREND_SPAN_S = 600.0
+#: What a display shows instead of a slope over a shorter window.
+TOO_SHORT = "too short to judge"
+
+
 @dataclass(frozen=True)
 class Trend:
     """OLS slope of a value over time (per second) with its 95 % confidence interval."""
@@ -319,6 +329,29 @@ class Trend:
 
     def per_hour(self) -> tuple[float, float, float]:
         return self.slope * 3600.0, self.ci_low * 3600.0, self.ci_high * 3600.0
+
+
+def trend_too_short(t: Trend) -> str | None:
+    """None when ``t`` spans at least MIN_TREND_SPAN_S, else what to show instead of its slope:
+    "too short to judge (needs ≥ 10 min of data, have 29 s)"."""
+    if t.span_s >= MIN_TREND_SPAN_S:
+        return None
+    return f"{TOO_SHORT} ({trend_window_need(t.span_s)})"
+
+
+def trend_window_need(span_s: float) -> str:
+    """ "needs ≥ 10 min of data, have 29 s" (the part of :func:`trend_too_short` in brackets)."""
+    return f"needs ≥ {duration_text(MIN_TREND_SPAN_S)} of data, have {duration_text(span_s)}"
+
+
+def duration_text(seconds: float) -> str:
+    """29 s, 9.5 min, 10 min, 1.5 h: a window's length as the trend rule's messages give it,
+    rounded down (599 s is "9.9 min", never "10 min")."""
+    if seconds < 90:
+        return f"{math.floor(seconds):d} s"
+    if seconds < 90 * 60:
+        return f"{math.floor(seconds / 6) / 10:.1f}".removesuffix(".0") + " min"
+    return f"{math.floor(seconds / 360) / 10:.1f}".removesuffix(".0") + " h"
 
 
 def trend(ts: Sequence[float] | np.ndarray, values: Sequence[float] | np.ndarray) -> Trend | None:
@@ -372,7 +405,8 @@ def memory_warnings(
     ``engine``: target, ts, metric, value (kv_cache_usage, preemptions_total).
 
     - leak: GPU memory used rises significantly (CI > 0) by at least 1 % of total memory over
-      the span while KV usage shows no significant rise;
+      a span of at least MIN_TREND_SPAN_S (a shorter one is warm-up, not a leak) while KV usage
+      shows no significant rise;
     - fragmentation: preemptions happened while KV usage stayed below ``kv_full`` at both
       samples around them.
     """
@@ -390,6 +424,7 @@ def memory_warnings(
         kv_flat = kv_trend is None or not kv_trend.rising
         if (
             mem_trend is not None
+            and trend_too_short(mem_trend) is None
             and mem_trend.rising
             and total > 0
             and mem_trend.change >= 0.01 * total

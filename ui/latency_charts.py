@@ -15,8 +15,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from analysis.diagnose import trend_too_short
-from analysis.latency import Trend
+from analysis.latency import Trend, trend_too_short
 from analysis.metrics import low_confidence
 
 MARGIN = {"l": 10, "r": 10, "t": 40, "b": 10}

@@ -14,7 +14,6 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from analysis import diagnose as dx
 from analysis import latency as an
 from ui import cache, latency_view, memory_charts
 from ui import format as fmt
@@ -200,12 +199,12 @@ def _gpu_raw(gpu: pd.DataFrame) -> pd.DataFrame:
 
 def _trend_metric(col: Any, label: str, t: an.Trend | None, unit: str) -> None:
     """The slope per hour, or "too short to judge" with the window it needs under it."""
-    short = dx.trend_too_short(t) if t is not None else None
+    short = an.trend_too_short(t) if t is not None else None
     if t is None or short is None:
         col.metric(label, _slope(t, unit), help=_ci(t, unit))
         return
-    col.metric(label, dx.TOO_SHORT, help=f"{short}: a slope per hour is not extrapolated from it.")
-    col.caption(dx.trend_window_need(t.span_s))
+    col.metric(label, an.TOO_SHORT, help=f"{short}: a slope per hour is not extrapolated from it.")
+    col.caption(an.trend_window_need(t.span_s))
 
 
 def _slope(t: an.Trend | None, unit: str) -> str:

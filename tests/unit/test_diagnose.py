@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from analysis import diagnose as dx
+from analysis import latency
 from analysis.latency import trend
 
 
@@ -195,18 +196,19 @@ def test_trend_rule_needs_ten_minutes_of_data() -> None:
     ts = np.arange(0.0, 30.0, 1.0)  # 29 s of windows, TTFT falling 6,000 → 4,500 ms
     short = trend(ts, 6000.0 - 50.7 * ts)
     assert short is not None and short.significant  # the fit alone would claim a trend
-    assert dx.trend_too_short(short) == "too short to judge (needs ≥ 10 min of data, have 29 s)"
-    assert dx.MIN_TREND_SPAN_S == 600.0
+    need = "too short to judge (needs ≥ 10 min of data, have {})"
+    assert latency.trend_too_short(short) == need.format("29 s")
+    assert latency.MIN_TREND_SPAN_S == 600.0
     just = trend([0.0, 300.0, 600.0], [1.0, 2.0, 3.0])
-    assert just is not None and dx.trend_too_short(just) is None
+    assert just is not None and latency.trend_too_short(just) is None
     almost = trend([0.0, 300.0, 599.0], [1.0, 2.0, 3.0])
     assert almost is not None
-    assert dx.trend_too_short(almost) == "too short to judge (needs ≥ 10 min of data, have 9.9 min)"
+    assert latency.trend_too_short(almost) == need.format("9.9 min")
 
 
 def test_duration_text() -> None:
     """Rounded down: a window just short of the rule never reads as long enough."""
-    assert [dx.duration_text(s) for s in (29.9, 89.9, 90.0, 570.0, 600.0, 5400.0, 9000.0)] == [
+    assert [latency.duration_text(s) for s in (29.9, 89.9, 90.0, 570.0, 600.0, 5400.0, 9000.0)] == [
         "29 s",
         "89 s",
         "1.5 min",

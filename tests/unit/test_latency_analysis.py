@@ -163,8 +163,8 @@ def test_t95_table_and_tail() -> None:
     assert an.t95(10_000) == pytest.approx(1.96, abs=0.001)
 
 
-def _engine(kv: list[float], preempt: list[float]) -> pd.DataFrame:
-    ts = [float(i) * 60 for i in range(len(kv))]
+def _engine(kv: list[float], preempt: list[float], step_s: float = 60.0) -> pd.DataFrame:
+    ts = [float(i) * step_s for i in range(len(kv))]
     return pd.concat(
         [
             pd.DataFrame({"target": "a", "ts": ts, "metric": "kv_cache_usage", "value": kv}),
@@ -176,10 +176,10 @@ def _engine(kv: list[float], preempt: list[float]) -> pd.DataFrame:
     )
 
 
-def _gpu(used_gib: list[float]) -> pd.DataFrame:
+def _gpu(used_gib: list[float], step_s: float = 60.0) -> pd.DataFrame:
     return pd.DataFrame(
         {
-            "ts": [float(i) * 60 for i in range(len(used_gib))],
+            "ts": [float(i) * step_s for i in range(len(used_gib))],
             "mem_used_bytes": [u * 2**30 for u in used_gib],
             "mem_total_bytes": 80.0 * 2**30,
         }
@@ -187,13 +187,14 @@ def _gpu(used_gib: list[float]) -> pd.DataFrame:
 
 
 def test_leak_warning_when_gpu_memory_rises_and_kv_is_flat() -> None:
-    warnings = an.memory_warnings(
-        _gpu([40.0, 41.0, 42.0, 43.0, 44.0]), _engine([0.5, 0.51, 0.49, 0.5, 0.5], [0] * 5)
-    )
+    used, kv = [40.0, 41.0, 42.0, 43.0, 44.0], [0.5, 0.51, 0.49, 0.5, 0.5]
+    warnings = an.memory_warnings(_gpu(used, step_s=180), _engine(kv, [0] * 5, step_s=180))
     assert [w.kind for w in warnings] == ["leak"]
     assert "MiB/h" in warnings[0].evidence["GPU memory slope"]
-    # 4 GiB over 4 minutes = 60 GiB/h = 61,440 MiB/h
-    assert warnings[0].evidence["GPU memory slope"].startswith("61,440.0 MiB/h")
+    # 4 GiB over 12 minutes = 20 GiB/h = 20,480 MiB/h
+    assert warnings[0].evidence["GPU memory slope"].startswith("20,480.0 MiB/h")
+    # the same rise within 4 minutes is warm-up as far as anyone can tell: no per-hour leak
+    assert an.memory_warnings(_gpu(used, step_s=60), _engine(kv, [0] * 5, step_s=60)) == []
 
 
 def test_no_leak_warning_when_kv_grows_with_memory_or_memory_is_flat() -> None:
