@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/sim_calibration.py              # shipped constants, then 5-fold CV
     .venv/bin/python bench/sim_calibration.py --kfold 0    # only the in-sample table (~1 min)
-    .venv/bin/python bench/sim_calibration.py --kfold 23   # leave-one-out
+    .venv/bin/python bench/sim_calibration.py --kfold 5,23 --jobs 2  # + leave-one-out, 2 processes
     .venv/bin/python bench/sim_calibration.py --fit        # refit on every row, then the table
 
 Each row of bench/calibration/measurements.csv (the published points, with their sources, see
@@ -35,8 +35,9 @@ every GPU, model and framework; the objective is the mean |log(sim / measured)| 
 of every point, except TTFT and E2E of points past the knee (M04, M05, M10, M11, M14), whose
 values grow with the run's length and queue rather than with the engine's speed; coordinate
 descent over a fixed grid per constant (``GRID``) from ``PRIOR`` (the model's constants before
-any fit), two passes, on shortened runs (``--cap``, default 300 requests per online point, 900
-per offline point); predictions and tables use the full runs. Replays are memoised per
+any fit), one pass over all six constants (``--passes``; each pass scores 25 candidate sets on
+every row), on shortened runs (``--fit-cap``, default 300 requests per online point, 900 per
+offline point); predictions and tables use the full runs. Replays are memoised per
 (row, constants, cap), so folds whose descent visits the same constants share the work.
 The shipped constants were not produced by exactly this procedure: one pass over η_bw (grid
 0.60–0.85, start 0.70: 0.60 won, the grid's edge), then one pass over η_fl, overhead_s and
@@ -507,7 +508,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--csv", type=Path, default=DEFAULT_CSV, help="measurements.csv")
     ap.add_argument("--fit", action="store_true", help="refit on every row first, then the table")
     ap.add_argument("--fit-only", default="", help="comma-separated constants to fit (default all)")
-    ap.add_argument("--passes", type=int, default=2, help="coordinate-descent passes")
+    ap.add_argument("--passes", type=int, default=1, help="coordinate-descent passes")
     ap.add_argument("--fit-cap", type=int, default=300, help="requests per point while fitting")
     ap.add_argument("--cap", type=int, default=None, help="at most this many requests per point")
     ap.add_argument("--only", default="", help="comma-separated ids (e.g. M01,M27)")
