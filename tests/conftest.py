@@ -11,6 +11,10 @@ dialects, free loopback ports.
   a missing PostgreSQL, chromium or llama-server fails the test instead of skipping it, so the
   full suite cannot pass by skipping. Every such skip goes through :func:`unavailable` (tests
   reach it as the ``unavailable`` fixture).
+- ``hold_duckdb_lock`` (fixture ``duckdb_lock``): another process holds a DuckDB file inside the
+  block (DuckDB allows one process at a time), as a bench or a watcher meets a locked store.
+- ``ingest_spool_cli`` (fixture ``ingest_spool_cli``): ``servescope db --db URL ingest-spool``
+  run as the console script, its output captured.
 - ``FIXTURES`` (fixture ``fixtures_dir``): ``tests/fixtures``, the data files the tests read, all
   inside the repository (their origin and licence: ``tests/fixtures/SOURCES.md``). A clone alone
   runs the suite; nothing is read from beside the checkout.
@@ -22,10 +26,12 @@ import contextlib
 import importlib.util
 import os
 import socket
+import subprocess
 import sys
+import textwrap
 import uuid
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any, NoReturn
@@ -38,6 +44,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = REPO_ROOT / "tests" / "fixtures"
 PG_URL_ENV = "SERVESCOPE_TEST_PG_URL"
 STRICT_ENV = "SERVESCOPE_TEST_STRICT"
+SERVESCOPE = Path(sys.executable).parent / "servescope"  # the console script, in the venv
 
 
 def load_tool(name: str) -> ModuleType:
@@ -89,6 +96,80 @@ def _unavailable_fixture() -> Callable[[str], NoReturn]:
 def fixtures_dir() -> Path:
     """``tests/fixtures``: the real and hand-built data files (tests/fixtures/SOURCES.md)."""
     return FIXTURES
+
+
+# -- a DuckDB file held by another process; the spool ingested by the CLI -------------------------
+
+_DUCKDB_HOLDER = textwrap.dedent(
+    """
+    import sys, time, duckdb
+    deadline = time.monotonic() + 60
+    while True:  # the bench opens the file for a moment at each flush: retry until we hold it
+        try:
+            con = duckdb.connect(sys.argv[1])
+            break
+        except duckdb.IOException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.005)
+    print("locked", flush=True)
+    sys.stdin.readline()
+    con.close()
+    """
+)
+
+
+@contextlib.contextmanager
+def hold_duckdb_lock(path: Path) -> Iterator[None]:
+    """Another process holds the DuckDB file at ``path`` while inside the block.
+
+    Retries for up to 60 s while someone else (a bench flushing) has the file open; the block
+    starts once the holder has printed ``locked``. On leaving, a line on its stdin lets the file
+    go; the holder is waited for and its pipes closed (killed if it does not end in 30 s)."""
+    with subprocess.Popen(
+        [sys.executable, "-c", _DUCKDB_HOLDER, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as holder:
+        assert holder.stdout is not None
+        try:
+            assert holder.stdout.readline().strip() == "locked", f"could not hold {path}"
+            yield
+        finally:
+            try:
+                holder.communicate("\n", timeout=30)  # closes stdin and stdout, waits
+            finally:
+                if holder.poll() is None:
+                    holder.kill()  # Popen's exit then closes the pipes and reaps it
+
+
+@pytest.fixture
+def duckdb_lock() -> Callable[[Path], contextlib.AbstractContextManager[None]]:
+    """Call with a DuckDB file's path: a context manager inside which another process holds it."""
+    return hold_duckdb_lock
+
+
+def ingest_spool_cli(
+    db_url: str, *flags: str, cwd: Path | None = None, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``servescope db --db DB_URL ingest-spool [FLAGS]``, output captured (text).
+
+    ``env`` defaults to this environment with the checkout on ``PYTHONPATH``."""
+    return subprocess.run(
+        [str(SERVESCOPE), "db", "--db", db_url, "ingest-spool", *flags],
+        cwd=cwd,
+        env=dict(env) if env is not None else {**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.fixture(name="ingest_spool_cli")
+def _ingest_spool_cli_fixture() -> Callable[..., subprocess.CompletedProcess[str]]:
+    """Call as :func:`ingest_spool_cli`: ``servescope db --db URL ingest-spool``, captured."""
+    return ingest_spool_cli
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

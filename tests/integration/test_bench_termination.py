@@ -13,9 +13,10 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import threading
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
@@ -27,47 +28,6 @@ from store.db import Store
 ROOT = Path(__file__).resolve().parents[2]
 PROBES = len(PROBE_WORDS)  # calibration requests the server also counts (not measured)
 SERVESCOPE = Path(sys.executable).parent / "servescope"
-
-_HOLDER = textwrap.dedent(
-    """
-    import sys, time, duckdb
-    deadline = time.monotonic() + 60
-    while True:  # the bench opens the file for a moment at each flush: retry until we hold it
-        try:
-            con = duckdb.connect(sys.argv[1])
-            break
-        except duckdb.IOException:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.005)
-    print("locked", flush=True)
-    sys.stdin.readline()
-    con.close()
-    """
-)
-
-
-class Holder:
-    """Another process holding the DuckDB file (DuckDB allows one process at a time)."""
-
-    def __init__(self, path: Path) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", _HOLDER, str(path)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert self.proc.stdout is not None
-        assert self.proc.stdout.readline().strip() == "locked"
-
-    def release(self) -> None:
-        if self.proc.poll() is None:
-            assert self.proc.stdin is not None
-            self.proc.stdin.write("\n")
-            self.proc.stdin.close()
-            self.proc.wait(timeout=30)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
 
 
 def bench(url: str, db: Path, *args: str, lock_timeout_s: float = 10.0) -> subprocess.Popen[str]:
@@ -107,17 +67,6 @@ def wait_for_completed(server: MockServer, proc: subprocess.Popen[str], n: int) 
             _out, err = proc.communicate()
             raise AssertionError(f"bench exited early ({proc.returncode}): {err[-3000:]}")
         assert time.monotonic() < deadline, "no progress"
-
-
-def ingest_spool(db: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(SERVESCOPE), "db", "--db", f"duckdb:///{db}", "ingest-spool"],
-        cwd=db.parent,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def request_counts(db: Path) -> dict[str, int]:
@@ -167,38 +116,39 @@ def test_sigterm_stops_like_ctrl_c_and_keeps_every_completed_request(tmp_path: P
 
 def test_repeated_ctrl_c_while_saving_to_a_locked_store_spools_and_ends_the_run(
     tmp_path: Path,
+    duckdb_lock: Callable[[Path], AbstractContextManager[None]],
+    ingest_spool_cli: Callable[..., subprocess.CompletedProcess[str]],
 ) -> None:
     """Ctrl-C, then Ctrl-C again and again while the final flush waits on a locked store:
     the flush is not cut; the rows and the ended run row are spooled, and the user is told."""
     db = tmp_path / "c.duckdb"
     server = MockServer(ttft_ms=5, itl_ms=20)
     server.start()
-    holder: Holder | None = None
     try:
         proc = bench(
             server.url, db, "--concurrency", "4", "--requests", "100000", lock_timeout_s=4.0
         )
         try:
             wait_for_completed(server, proc, 40)
-            holder = Holder(db)
-            assert proc.stderr is not None
-            lines: list[str] = []
-            reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
-            reader.start()
-            os.kill(proc.pid, signal.SIGINT)
-            deadline = time.monotonic() + 60
-            # keep pressing Ctrl-C through the final flush (which waits on the lock, then
-            # spools), until bench reports the interruption
-            while not any(line.startswith("interrupted (") for line in lines):
-                assert proc.poll() is None, "".join(lines)[-3000:]
-                assert time.monotonic() < deadline, "bench did not finish saving"
+            with duckdb_lock(db):
+                assert proc.stderr is not None
+                lines: list[str] = []
+                reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
+                reader.start()
                 os.kill(proc.pid, signal.SIGINT)
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(timeout=0.2)
-            out = proc.stdout.read() if proc.stdout is not None else ""
-            proc.wait(timeout=60)
-            reader.join(timeout=30)
-            err = "".join(lines)
+                deadline = time.monotonic() + 60
+                # keep pressing Ctrl-C through the final flush (which waits on the lock, then
+                # spools), until bench reports the interruption
+                while not any(line.startswith("interrupted (") for line in lines):
+                    assert proc.poll() is None, "".join(lines)[-3000:]
+                    assert time.monotonic() < deadline, "bench did not finish saving"
+                    os.kill(proc.pid, signal.SIGINT)
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        proc.wait(timeout=0.2)
+                out = proc.stdout.read() if proc.stdout is not None else ""
+                proc.wait(timeout=60)
+                reader.join(timeout=30)
+                err = "".join(lines)
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -207,8 +157,6 @@ def test_repeated_ctrl_c_while_saving_to_a_locked_store_spools_and_ends_the_run(
                     pipe.close()
         truth = server.stats()
     finally:
-        if holder is not None:
-            holder.release()
         server.stop()
     assert proc.returncode == 130, err[-3000:]
     assert "Traceback" not in err and "RuntimeError" not in err, err[-3000:]
@@ -216,7 +164,7 @@ def test_repeated_ctrl_c_while_saving_to_a_locked_store_spools_and_ends_the_run(
     run_id = out.split()
     assert len(run_id) == 1  # the run id, on stdout
     assert "ingest-spool" in err and str(db.parent) in err, err[-3000:]
-    done = ingest_spool(db)
+    done = ingest_spool_cli(f"duckdb:///{db}", cwd=db.parent)
     assert done.returncode == 0, done.stderr
     assert run_rows(db) == [(run_id[0], "interrupted")]
     counts = request_counts(db)

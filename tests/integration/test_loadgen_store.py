@@ -7,8 +7,9 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
@@ -170,26 +171,11 @@ def test_ctrl_c_keeps_what_completed(tmp_path: Path) -> None:
     assert set(counts) <= {"ok", "cancelled"}
 
 
-_HOLDER = textwrap.dedent(
-    """
-    import sys, time, duckdb
-    deadline = time.monotonic() + 60
-    while True:  # the bench opens the file for a moment at each flush: retry until we hold it
-        try:
-            con = duckdb.connect(sys.argv[1])
-            break
-        except duckdb.IOException:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.005)
-    print("locked", flush=True)
-    sys.stdin.readline()
-    con.close()
-    """
-)
-
-
-def test_a_store_locked_at_the_end_spools_the_runs_and_says_so(tmp_path: Path) -> None:
+def test_a_store_locked_at_the_end_spools_the_runs_and_says_so(
+    tmp_path: Path,
+    duckdb_lock: Callable[[Path], AbstractContextManager[None]],
+    ingest_spool_cli: Callable[..., subprocess.CompletedProcess[str]],
+) -> None:
     """Two levels; the store is locked from the middle of the first to the end. Bench exits 4,
     prints both run ids and the command that stores the spooled rows; after it, the store
     holds both runs, ended, with every request."""
@@ -224,29 +210,16 @@ def test_a_store_locked_at_the_end_spools_the_runs_and_says_so(tmp_path: Path) -
             stderr=subprocess.PIPE,
             text=True,
         )
-        holder: subprocess.Popen[str] | None = None
         try:
             deadline = time.monotonic() + 90
             while server.stats()["completed"] < 8:  # poll the server, not the clock
                 assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
                 assert time.monotonic() < deadline, "no progress"
-            holder = subprocess.Popen(
-                [sys.executable, "-c", _HOLDER, str(db)],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                text=True,
-            )
-            assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
-            out, err = proc.communicate(timeout=180)
+            with duckdb_lock(db):
+                out, err = proc.communicate(timeout=180)
         finally:
             if proc.poll() is None:
                 proc.kill()
-            if holder is not None:
-                assert holder.stdin is not None and holder.stdout is not None
-                holder.stdin.write("\n")
-                holder.stdin.close()
-                holder.wait(timeout=30)
-                holder.stdout.close()
     assert proc.returncode == 4, err[-3000:]
     run_ids = out.split()
     assert len(run_ids) == 2
@@ -254,13 +227,7 @@ def test_a_store_locked_at_the_end_spools_the_runs_and_says_so(tmp_path: Path) -
     assert f"{db}.spool" in err
     spooled = list(tmp_path.glob("l.duckdb.spool/*.json"))
     assert spooled
-    done = subprocess.run(
-        [str(servescope), "db", "--db", f"duckdb:///{db}", "ingest-spool"],
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = ingest_spool_cli(f"duckdb:///{db}")
     assert done.returncode == 0, done.stderr
     assert f"({len(spooled)} batch(es))" in done.stdout
     store = Store.open(f"duckdb:///{db}")

@@ -3,9 +3,8 @@ every write of the run's rows, never served after a racing write, best effort on
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
+from collections.abc import Callable
+from contextlib import AbstractContextManager, ExitStack
 from pathlib import Path
 
 import numpy as np
@@ -15,16 +14,6 @@ import pytest
 from errors import ConfigError
 from store import compare_queries, ingest, latency_queries, rollups, run_stats
 from store.db import Store
-
-_HOLDER = textwrap.dedent(
-    """
-    import sys, duckdb
-    con = duckdb.connect(sys.argv[1])
-    print("locked", flush=True)
-    sys.stdin.readline()
-    con.close()
-    """
-)
 
 
 def _requests(run_id: str, ttfts: list[float], start: int = 0) -> pd.DataFrame:
@@ -158,35 +147,22 @@ def test_figures_derive_duration_and_throughput(store: Store) -> None:
     assert empty["requests"] == 0 and np.isnan(empty["error_rate"])
 
 
-def test_a_locked_store_still_answers(tmp_path: Path) -> None:
+def test_a_locked_store_still_answers(
+    tmp_path: Path, duckdb_lock: Callable[[Path], AbstractContextManager[None]]
+) -> None:
     path = tmp_path / "locked.duckdb"
     store = Store.open(f"duckdb:///{path}", lock_timeout_s=0.3)
     ingest.add_run(store, {"run_id": "a"})
     ingest.add_requests(store, _requests("a", [10.0, 20.0]))
-    holder: list[subprocess.Popen[str]] = []
+    with ExitStack() as held:
 
-    def compute_then_lock(ids: list[str]) -> pd.DataFrame:
-        result = run_stats.compute(store, ids)
-        proc = subprocess.Popen(
-            [sys.executable, "-c", _HOLDER, str(path)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        holder.append(proc)
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "locked"
-        return result
+        def compute_then_lock(ids: list[str]) -> pd.DataFrame:
+            result = run_stats.compute(store, ids)
+            held.enter_context(duckdb_lock(path))
+            return result
 
-    try:
         got = rollups.cached_runs(store, ["a"], "run_stats", {}, compute_then_lock)
         assert got["ttft_p50_ms"].tolist() == [15.0]  # answered although it could not be kept
-    finally:
-        for proc in holder:
-            assert proc.stdin is not None and proc.stdout is not None
-            proc.stdin.write("\n")
-            proc.stdin.close()
-            proc.wait(timeout=10)
-            proc.stdout.close()
     assert rollups.stored(store).empty
     store.dispose()
 

@@ -10,10 +10,9 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pandas as pd
@@ -26,48 +25,8 @@ from store.db import Store, store_location
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVESCOPE = Path(sys.executable).parent / "servescope"
-
-_HOLDER = textwrap.dedent(
-    """
-    import sys, time, duckdb
-    deadline = time.monotonic() + 60
-    while True:  # the bench opens the file for a moment at each flush: retry until we hold it
-        try:
-            con = duckdb.connect(sys.argv[1])
-            break
-        except duckdb.IOException:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.005)
-    print("locked", flush=True)
-    sys.stdin.readline()
-    con.close()
-    """
-)
-
-
-@contextmanager
-def locked(path: Path) -> Iterator[None]:
-    """Another process holds the DuckDB file while inside."""
-    holder = subprocess.Popen(
-        [sys.executable, "-c", _HOLDER, str(path)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert holder.stdin is not None and holder.stdout is not None
-    try:
-        assert holder.stdout.readline().strip() == "locked"
-        yield
-    finally:
-        holder.stdin.write("\n")
-        holder.stdin.close()
-        holder.wait(timeout=30)
-        holder.stdout.close()
-
-
-def servescope(*args: str) -> list[str]:
-    return [str(SERVESCOPE), *args]
+Lock = Callable[[Path], AbstractContextManager[None]]  # the duckdb_lock fixture (conftest.py)
+IngestSpool = Callable[..., subprocess.CompletedProcess[str]]  # the ingest_spool_cli fixture
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -111,7 +70,9 @@ def ok_requests(path: Path) -> int:
     return n
 
 
-def test_rows_spooled_for_one_store_never_land_in_another(tmp_path: Path) -> None:
+def test_rows_spooled_for_one_store_never_land_in_another(
+    tmp_path: Path, duckdb_lock: Lock, ingest_spool_cli: IngestSpool
+) -> None:
     """Bench into X while X is locked (rows spooled), then bench into Y from the same working
     directory: Y holds only its own run, X's batches stay, and X ingests them (reached by a
     relative path from its own folder)."""
@@ -135,7 +96,7 @@ def test_rows_spooled_for_one_store_never_land_in_another(tmp_path: Path) -> Non
             while server.stats()["completed"] < 6:  # poll the server, not the clock
                 assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
                 assert time.monotonic() < deadline, "no progress"
-            with locked(x):
+            with duckdb_lock(x):
                 out, err = proc.communicate(timeout=180)
         finally:
             if proc.poll() is None:
@@ -160,23 +121,9 @@ def test_rows_spooled_for_one_store_never_land_in_another(tmp_path: Path) -> Non
     assert sorted(xdir.glob("x.duckdb.spool/*.json")) == x_spool  # X's batches untouched
     assert x_run not in runs_of(x) or runs_of(x)[x_run] == "running"
     # Y's own ingest leaves them too; X's, by a relative path from X's folder, stores them
-    y_ingest = subprocess.run(
-        servescope("db", "--db", "duckdb:///y.duckdb", "ingest-spool"),
-        cwd=ydir,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    y_ingest = ingest_spool_cli("duckdb:///y.duckdb", cwd=ydir, env=_env())
     assert y_ingest.returncode == 0 and "ingested 0 spooled rows" in y_ingest.stdout
-    x_ingest = subprocess.run(
-        servescope("db", "--db", "duckdb:///x.duckdb", "ingest-spool"),
-        cwd=xdir,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    x_ingest = ingest_spool_cli("duckdb:///x.duckdb", cwd=xdir, env=_env())
     assert x_ingest.returncode == 0, x_ingest.stderr
     assert f"({len(x_spool)} batch(es))" in x_ingest.stdout
     assert runs_of(x) == {x_run: "completed"}
@@ -191,14 +138,16 @@ def _requests(run_id: str, n: int, start: int = 0) -> pd.DataFrame:
     )
 
 
-def test_a_shared_spool_folder_keeps_each_batch_for_its_store(tmp_path: Path) -> None:
+def test_a_shared_spool_folder_keeps_each_batch_for_its_store(
+    tmp_path: Path, duckdb_lock: Lock, ingest_spool_cli: IngestSpool
+) -> None:
     """With SERVESCOPE_SPOOL_DIR shared by two stores, each ingests only its own batches, and
     `db ingest-spool` says how many it left for which store, and where."""
     shared = tmp_path / "shared-spool"
     x_path, y_path = tmp_path / "x.duckdb", tmp_path / "y.duckdb"
     x = Store.open(f"duckdb:///{x_path}", lock_timeout_s=0.3)
     y = Store.open(f"duckdb:///{y_path}")
-    with locked(x_path):
+    with duckdb_lock(x_path):
         writer = ingest.BufferedWriter(x, spool_dir=shared)
         writer.add_run({"run_id": "xr", "status": "completed"})
         writer.add("requests", _requests("xr", 25))
@@ -211,31 +160,19 @@ def test_a_shared_spool_folder_keeps_each_batch_for_its_store(tmp_path: Path) ->
     y.dispose()
     x.dispose()
     env = _env(SERVESCOPE_SPOOL_DIR=str(shared))
-    cli_y = subprocess.run(
-        servescope("db", "--db", f"duckdb:///{y_path}", "ingest-spool"),
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    cli_y = ingest_spool_cli(f"duckdb:///{y_path}", cwd=tmp_path, env=env)
     assert cli_y.returncode == 0, cli_y.stderr
     assert "ingested 0 spooled rows" in cli_y.stdout
     assert f"left 1 batch(es) of duckdb:///{x_path} in {shared}" in cli_y.stdout
-    cli_x = subprocess.run(
-        servescope("db", "--db", f"duckdb:///{x_path}", "ingest-spool"),
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    cli_x = ingest_spool_cli(f"duckdb:///{x_path}", cwd=tmp_path, env=env)
     assert cli_x.returncode == 0 and "ingested 26 spooled rows" in cli_x.stdout
     assert runs_of(x_path) == {"xr": "completed"} and runs_of(y_path) == {}
     assert not list(shared.glob("*.json"))
 
 
-def test_old_format_batches_are_kept_until_a_store_is_named_for_them(tmp_path: Path) -> None:
+def test_old_format_batches_are_kept_until_a_store_is_named_for_them(
+    tmp_path: Path, ingest_spool_cli: IngestSpool
+) -> None:
     path = tmp_path / "o.duckdb"
     store = Store.open(f"duckdb:///{path}")
     folder = store.identity().spool_dir
@@ -249,34 +186,22 @@ def test_old_format_batches_are_kept_until_a_store_is_named_for_them(tmp_path: P
     report = ingest.ingest_spool(store)
     assert (report.rows, report.legacy) == (0, 1) and old.exists()
     store.dispose()
-    plain = subprocess.run(
-        servescope("db", "--db", f"duckdb:///{path}", "ingest-spool"),
-        cwd=tmp_path,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    plain = ingest_spool_cli(f"duckdb:///{path}", cwd=tmp_path, env=_env())
     assert plain.returncode == 0 and "1 old-format batch(es)" in plain.stdout and old.exists()
-    legacy = subprocess.run(
-        servescope("db", "--db", f"duckdb:///{path}", "ingest-spool", "--legacy"),
-        cwd=tmp_path,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    legacy = ingest_spool_cli(f"duckdb:///{path}", "--legacy", cwd=tmp_path, env=_env())
     assert legacy.returncode == 0 and "ingested 4 spooled rows" in legacy.stdout
     assert not old.exists() and runs_of(path) == {"old": None}
 
 
-def test_a_spooled_running_row_never_replaces_the_run_s_final_status(tmp_path: Path) -> None:
+def test_a_spooled_running_row_never_replaces_the_run_s_final_status(
+    tmp_path: Path, duckdb_lock: Lock
+) -> None:
     """The run row spooled at the start ("running") is older than the final one: the flush
     that writes the final one ingests the spool first, and a replay never undoes an end."""
     path = tmp_path / "s.duckdb"
     store = Store.open(f"duckdb:///{path}", lock_timeout_s=0.3)
     writer = ingest.BufferedWriter(store, flush_interval_s=3600)
-    with locked(path):
+    with duckdb_lock(path):
         writer.add_run({"run_id": "r", "status": "running"})
         writer.add("requests", _requests("r", 10))
         writer.flush()

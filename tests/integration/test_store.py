@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import numpy as np
@@ -146,29 +145,13 @@ def test_catalog_seeded_and_user_edits_survive_reseeding(store_url: str) -> None
         catalog.get(store, "slo_profiles", "no-such-profile")
 
 
-_HOLDER = textwrap.dedent(
-    """
-    import sys, duckdb
-    con = duckdb.connect(sys.argv[1])
-    print("locked", flush=True)
-    sys.stdin.readline()
-    con.close()
-    """
-)
-
-
-def test_duckdb_lock_spools_then_ingests(tmp_path: Path) -> None:
+def test_duckdb_lock_spools_then_ingests(
+    tmp_path: Path, duckdb_lock: Callable[[Path], AbstractContextManager[None]]
+) -> None:
     path = tmp_path / "locked.duckdb"
     store = Store.open(f"duckdb:///{path}", lock_timeout_s=0.3)
     ingest.add_run(store, {"run_id": "r1"})
-    holder = subprocess.Popen(
-        [sys.executable, "-c", _HOLDER, str(path)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+    with duckdb_lock(path):
         with pytest.raises(StoreLockedError, match="locked"):
             ingest.add_requests(store, _requests("r1", 5))
         writer = ingest.BufferedWriter(store, spool_dir=tmp_path / "spool")
@@ -176,12 +159,6 @@ def test_duckdb_lock_spools_then_ingests(tmp_path: Path) -> None:
         assert writer.flush() == 50
         assert writer.batches_spooled == 1
         assert len(list((tmp_path / "spool").glob("*.json"))) == 1
-    finally:
-        assert holder.stdin is not None
-        holder.stdin.write("\n")
-        holder.stdin.close()
-        holder.wait(timeout=10)
-        holder.stdout.close()  # type: ignore[union-attr]
     # the next successful flush stores the new rows and the spooled batch
     writer.add("requests", _requests("r1", 10, start=50).to_dict("records"))
     writer.close()

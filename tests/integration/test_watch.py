@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import httpx
@@ -389,7 +390,12 @@ def test_watch_exits_3_when_every_scrape_of_every_target_failed(
     assert "every scrape failed" not in proc.stderr
 
 
-def test_watch_says_when_rows_wait_in_the_spool_and_exits_4(gateway: str, tmp_path: Path) -> None:
+def test_watch_says_when_rows_wait_in_the_spool_and_exits_4(
+    gateway: str,
+    tmp_path: Path,
+    duckdb_lock: Callable[[Path], AbstractContextManager[None]],
+    ingest_spool_cli: Callable[..., subprocess.CompletedProcess[str]],
+) -> None:
     """The store is locked by another process from the first status line to the end: the
     watcher's rows go to the spool, it says where and which command stores them, exits 4, and
     `db ingest-spool` then stores every one of them."""
@@ -401,22 +407,13 @@ def test_watch_says_when_rows_wait_in_the_spool_and_exits_4(gateway: str, tmp_pa
     watcher = subprocess.Popen(
         _watch_cmd(db, *args), cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True
     )
-    holder: subprocess.Popen[str] | None = None
     try:
         assert watcher.stderr is not None
         assert watcher.stderr.readline().startswith("servescope watch →")
-        holder = subprocess.Popen(
-            [sys.executable, "-c", _HOLD_LOCK, str(path)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
-        rest = watcher.stderr.read()
-        assert watcher.wait(timeout=60) == 4, rest
+        with duckdb_lock(path):
+            rest = watcher.stderr.read()
+            assert watcher.wait(timeout=60) == 4, rest
     finally:
-        if holder is not None:
-            holder.communicate(timeout=10)  # closes its stdin: it lets the store go
         if watcher.poll() is None:
             watcher.kill()
         watcher.communicate(timeout=10)
@@ -425,14 +422,7 @@ def test_watch_says_when_rows_wait_in_the_spool_and_exits_4(gateway: str, tmp_pa
     assert f"servescope db ingest-spool --db {db}" in last and last.endswith("(exit 4).")
     spooled = int(last.split("locked: ")[1].split(" rows")[0].replace(",", ""))
     assert spooled > 0
-    ingest = subprocess.run(
-        [sys.executable, "-m", "cli", "db", "--db", db, "ingest-spool"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    ingest = ingest_spool_cli(db, cwd=ROOT, env=env)
     assert ingest.returncode == 0, ingest.stderr
     store = Store.open(db)
     stored = store.read_df(
@@ -441,12 +431,3 @@ def test_watch_says_when_rows_wait_in_the_spool_and_exits_4(gateway: str, tmp_pa
     ).n[0]
     store.dispose()
     assert stored >= spooled
-
-
-_HOLD_LOCK = """
-import sys, duckdb
-con = duckdb.connect(sys.argv[1])
-print("locked", flush=True)
-sys.stdin.readline()
-con.close()
-"""
