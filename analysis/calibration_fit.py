@@ -34,6 +34,18 @@ Grid = Mapping[str, Sequence[float]]
 """Candidate values per ``Calibration`` field, tried in order."""
 
 
+# The model's constants before any fit (analysis/perf_model.py as first committed); every refit,
+# on all rows or on a fold's, starts here, so no fold starts from constants that saw its rows.
+PRIOR = Calibration(
+    eta_bw=0.70,
+    eta_fl=0.50,
+    overhead_s=1.5e-3,
+    overhead_per_seq_s=10e-6,
+    allreduce_s=20e-6,
+    request_overhead_s=0.0,
+)
+
+
 @dataclass(frozen=True)
 class Fit:
     """The constants :func:`fit` settled on.

@@ -33,12 +33,12 @@ procedure.
 Fitting (``analysis.calibration_fit.fit``), kept deliberately simple: one set of constants for
 every GPU, model and framework; the objective is the mean |log(sim / measured)| over every metric
 of every point, except TTFT and E2E of points past the knee (M04, M05, M10, M11, M14), whose
-values grow with the run's length and queue rather than with the engine's speed; coordinate
-descent over a fixed grid per constant (``GRID``) from ``PRIOR`` (the model's constants before
-any fit), one pass over all six constants (``--passes``; each pass scores 25 candidate sets on
-every row), on shortened runs (``--fit-cap``, default 300 requests per online point, 900 per
-offline point); predictions and tables use the full runs. Replays are memoised per
-(row, constants, cap), so folds whose descent visits the same constants share the work.
+values grow with the run's length and queue rather than with the engine's speed; coordinate descent
+over a fixed grid per constant (``GRID``) from ``calibration_fit.PRIOR`` (the model's constants
+before any fit), one pass over all six constants (``--passes``; each pass scores 25 candidate sets
+on every row), on shortened runs (``--fit-cap``, default 300 requests per online point, 900 per
+offline point); predictions and tables use the full runs. Replays are memoised per (row, constants,
+cap), so folds whose descent visits the same constants share the work.
 The shipped constants were not produced by exactly this procedure: one pass over η_bw (grid
 0.60–0.85, start 0.70: 0.60 won, the grid's edge), then one pass over η_fl, overhead_s and
 request_overhead_s; overhead_per_seq_s (10 µs) and allreduce_s (20 µs) kept their priors. A
@@ -381,17 +381,6 @@ class Replays:
         return row_loss
 
 
-# The model's constants before any fit (analysis/perf_model.py as first committed); every refit,
-# on all rows or on a fold's, starts here, so no fold starts from constants that saw its rows.
-PRIOR = Calibration(
-    eta_bw=0.70,
-    eta_fl=0.50,
-    overhead_s=1.5e-3,
-    overhead_per_seq_s=10e-6,
-    allreduce_s=20e-6,
-    request_overhead_s=0.0,
-)
-
 GRID: dict[str, list[float]] = {
     "eta_bw": [0.6, 0.65, 0.7, 0.75, 0.8, 0.85],
     "eta_fl": [0.4, 0.45, 0.5, 0.55, 0.6],
@@ -536,10 +525,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     calib = perf_model.DEFAULT_CALIBRATION
     label = "in-sample (shipped constants, fitted on all the published rows)"
     if args.fit:
-        print(f"refit on all {len(ids)} rows from the prior ({show(PRIOR)}):", flush=True)
+        print(
+            f"refit on all {len(ids)} rows from the prior ({show(calibration_fit.PRIOR)}):",
+            flush=True,
+        )
         t0 = time.perf_counter()
         f = calibration_fit.fit(
-            replays.loss(args.fit_cap), ids, PRIOR, grid, args.passes, _progress
+            replays.loss(args.fit_cap), ids, calibration_fit.PRIOR, grid, args.passes, _progress
         )
         print(f"fitted in {time.perf_counter() - t0:.0f} s: {show(f.calibration)}\n")
         calib = f.calibration
@@ -574,9 +566,12 @@ def cross_validation(
     """The refit on all rows and the k-fold refits (same procedure, same prior), then each
     row replayed in full with the constants fitted without it."""
     loss = replays.loss(args.fit_cap)
-    print(f"Refit on all {len(ids)} rows from the prior ({show(PRIOR)}), cap {args.fit_cap}:")
+    print(
+        f"Refit on all {len(ids)} rows from the prior ({show(calibration_fit.PRIOR)}), "
+        f"cap {args.fit_cap}:"
+    )
     t0, c0, runs0 = time.perf_counter(), replays.cpu_s, replays.runs
-    full = calibration_fit.fit(loss, ids, PRIOR, grid, args.passes, _progress)
+    full = calibration_fit.fit(loss, ids, calibration_fit.PRIOR, grid, args.passes, _progress)
     t_full, runs_full = time.perf_counter() - t0, replays.runs - runs0
     c_full = replays.cpu_s - c0
     print(
@@ -611,7 +606,7 @@ def k_fold(
         print(f" fold {i}/{k}: holds out {', '.join(held)}", flush=True)
 
     cv = calibration_fit.cross_validate(
-        loss, ids, PRIOR, grid, k, args.seed, args.passes, on_fold, _progress
+        loss, ids, calibration_fit.PRIOR, grid, k, args.seed, args.passes, on_fold, _progress
     )
     t_cv, runs_cv = time.perf_counter() - t0, replays.runs - runs0
     c_cv = replays.cpu_s - c0

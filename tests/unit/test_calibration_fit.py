@@ -22,14 +22,7 @@ TRUE = Calibration(
     allreduce_s=10e-6,
     request_overhead_s=10e-3,
 )
-START = Calibration(
-    eta_bw=0.70,
-    eta_fl=0.50,
-    overhead_s=1.5e-3,
-    overhead_per_seq_s=10e-6,
-    allreduce_s=20e-6,
-    request_overhead_s=0.0,
-)
+START = cf.PRIOR  # the model's constants before any fit
 GRID = {
     "eta_bw": [0.6, 0.65, 0.7, 0.75, 0.8],
     "eta_fl": [0.4, 0.45, 0.5, 0.55, 0.6],
