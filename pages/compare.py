@@ -6,10 +6,9 @@ from __future__ import annotations
 import streamlit as st
 
 from errors import ServeScopeError
-from ui import cache
+from ui import cache, display
 from ui import compare_charts as charts
 from ui import compare_view as view
-from ui import format as fmt
 from ui.cache import compare as cache_compare
 from ui.cache import latency as cache_latency
 from ui.errors import show_error
@@ -24,10 +23,10 @@ except ServeScopeError as exc:
 
 if latest.empty:
     st.info("The store holds no runs to compare yet. Fill it with one of these commands:")
-    st.code("\n".join(fmt.EMPTY_STORE_COMMANDS), language="bash")
+    st.code("\n".join(display.EMPTY_STORE_COMMANDS), language="bash")
     st.stop()
 
-choices = fmt.run_choices(latest)
+choices = display.run_choices(latest)
 left, middle, right = st.columns([4, 2, 2])
 with left:
     run_ids = view.pick_runs(choices)
@@ -51,7 +50,7 @@ except ServeScopeError as exc:
     show_error(exc)
     st.stop()
 rows = view.per_run(aggs, attainment, profile, by, states)
-st.caption(fmt.md_escape(profile.description or profile.name))
+st.caption(display.md_escape(profile.description or profile.name))
 view.show_aggregates_only(rows)
 if rows["client_bound"].fillna(False).astype(bool).any():
     st.warning(

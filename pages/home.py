@@ -5,8 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from errors import ServeScopeError
-from ui import cache, charts, crosscheck_view, state
-from ui import format as fmt
+from ui import cache, charts, crosscheck_view, display, state
 from ui.errors import show_error
 
 st.title("ServeScope")
@@ -20,7 +19,7 @@ except ServeScopeError as exc:
 
 if latest is None or latest.empty:
     st.info("The store holds no runs yet. Fill it with one of these commands:")
-    st.code("\n".join(fmt.EMPTY_STORE_COMMANDS), language="bash")
+    st.code("\n".join(display.EMPTY_STORE_COMMANDS), language="bash")
     st.caption(
         "`servescope demo` starts simulated engines and measures them; `servescope bench` "
         "measures any OpenAI-compatible endpoint; `servescope sim` serves a simulated engine "
@@ -29,7 +28,7 @@ if latest is None or latest.empty:
     st.stop()
 
 st.subheader("In the store")
-st.dataframe(fmt.overview_table(overview), hide_index=True, key="overview_table")
+st.dataframe(display.overview_table(overview), hide_index=True, key="overview_table")
 
 st.subheader("Latest runs")
 bound = int(latest["client_bound"].fillna(False).sum())
@@ -41,7 +40,7 @@ if bound:
     )
 run_ids = latest["run_id"].tolist()
 st.dataframe(
-    fmt.runs_table(latest),
+    display.runs_table(latest),
     hide_index=True,
     key="latest_runs_table",
     on_select=state.table_select_callback("latest_runs_table", run_ids),
@@ -49,22 +48,23 @@ st.dataframe(
 )
 
 st.subheader("Run detail")
-choices = fmt.run_choices(latest)
+choices = display.run_choices(latest)
 wanted = state.requested_run()
 if wanted and wanted not in choices:
     extra = cache.run_detail(wanted)
     if not extra.empty:
-        choices = {wanted: fmt.run_label(fmt.first_row(extra)), **choices}
+        choices = {wanted: display.run_label(display.first_row(extra)), **choices}
 run_id = state.run_picker(choices)
 detail = cache.run_detail(run_id) if run_id else None
 if run_id is None or detail is None or detail.empty:
     st.info("Select a run above to see its detail.")
     st.stop()
 
-row = fmt.first_row(detail)
-if fmt.client_bound_label(row.get("client_bound"), None):
+row = display.first_row(detail)
+if display.client_bound_label(row.get("client_bound"), None):
     st.warning(
-        "Client-bound: " + fmt.md_escape(row.get("client_bound_reason") or "no reason recorded"),
+        "Client-bound: "
+        + display.md_escape(row.get("client_bound_reason") or "no reason recorded"),
         icon=":material/warning:",
     )
 source, summary = crosscheck_view.tool_summary(run_id)
@@ -72,13 +72,13 @@ if crosscheck_view.is_aggregates_only(row, summary):
     crosscheck_view.show_aggregates_only(source, summary)
     st.stop()
 for col, (label, value, help_text) in zip(
-    st.columns(4) + st.columns(4), fmt.summary_figures(row), strict=False
+    st.columns(4) + st.columns(4), display.summary_figures(row), strict=False
 ):
     col.metric(label, value, help=help_text)
 
 itl = cache.run_itl_summary(run_id)
-itl_row = fmt.first_row(itl)
-st.dataframe(fmt.latency_table(row, itl_row), hide_index=True, key="latency_table")
+itl_row = display.first_row(itl)
+st.dataframe(display.latency_table(row, itl_row), hide_index=True, key="latency_table")
 crosscheck_view.show_crosscheck(source, summary, row, itl_row)
 
 for tab, (metric, label) in zip(
@@ -87,7 +87,7 @@ for tab, (metric, label) in zip(
     strict=True,
 ):
     sample = cache.run_metric_sample(run_id, metric)
-    marks = fmt.percentile_marks(itl_row if metric == "itl_ms" else row, metric)
+    marks = display.percentile_marks(itl_row if metric == "itl_ms" else row, metric)
     left, right = tab.columns(2)
     left.plotly_chart(
         charts.latency_histogram(sample, label, percentiles=marks), key=f"hist_{metric}"

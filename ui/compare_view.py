@@ -20,8 +20,7 @@ import streamlit as st
 from analysis import compare, crosscheck, slo
 from analysis.metrics import low_confidence
 from errors import ConfigError
-from ui import cache
-from ui import format as fmt
+from ui import cache, display
 from ui.cache import compare as cache_compare
 
 RUNS_PARAM, SLO_PARAM, BY_PARAM, BASE_PARAM, CAND_PARAM = "runs", "slo", "by", "base", "cand"
@@ -77,14 +76,14 @@ def _tool_row(row: dict[str, Any]) -> dict[str, Any]:
         row["errors"] = int(failed or 0)
         row["error_rate"] = (failed or 0.0) / total if total else math.nan
         for prefix in ("ttft", "tpot", "e2e"):
-            if not fmt.is_missing(row.get(f"{prefix}_p50_ms")):
+            if not display.is_missing(row.get(f"{prefix}_p50_ms")):
                 row[f"{prefix}_n"] = int(ok)
     gpus, tps = row.get("gpu_count"), row.get("output_throughput")
     if (
         tps is not None
         and gpus is not None
-        and not fmt.is_missing(tps)
-        and not fmt.is_missing(gpus)
+        and not display.is_missing(tps)
+        and not display.is_missing(gpus)
         and gpus
     ):
         row["output_throughput_per_gpu"] = float(tps) / int(gpus)
@@ -100,7 +99,7 @@ def fill_from_tool(aggs: pd.DataFrame) -> pd.DataFrame:
     """
     if aggs.empty or "aggregates_only" not in aggs:
         return aggs.copy()
-    rows = [_tool_row(r) if r.get("aggregates_only") else r for r in fmt.records(aggs)]
+    rows = [_tool_row(r) if r.get("aggregates_only") else r for r in display.records(aggs)]
     out = pd.DataFrame(rows, columns=aggs.columns, index=aggs.index)
     for col in aggs.columns:
         if pd.api.types.is_float_dtype(aggs[col].dtype):
@@ -130,7 +129,7 @@ def per_run(
     if states is not None and not states.empty:
         mem = states[["run_id", "mem_peak_fraction", "gpu_samples"]]
         merged = merged.merge(mem, on="run_id", how="left")
-    records = fmt.records(merged)
+    records = display.records(merged)
     verdicts = [slo.evaluate(r, profile) for r in records]
     merged["verdicts"] = pd.Series(verdicts, index=merged.index, dtype=object)
     merged["passed"] = pd.Series(
@@ -143,19 +142,21 @@ def per_run(
 
 
 def _round(value: Any, digits: int) -> float | None:
-    return None if fmt.is_missing(value) else round(float(value), digits)
+    return None if display.is_missing(value) else round(float(value), digits)
 
 
 def runs_table(rows: pd.DataFrame, profile: slo.SloProfile) -> pd.DataFrame:
     """The per-run table as displayed (row i ↔ run i of ``rows``)."""
     out: list[dict[str, Any]] = []
-    for r in fmt.records(rows):
+    for r in display.records(rows):
         row: dict[str, Any] = {
-            "run": fmt.run_label(r),
+            "run": display.run_label(r),
             "series": r["series"],
-            "load": fmt.load_label(r.get("arrival"), r.get("concurrency"), r.get("target_rate")),
+            "load": display.load_label(
+                r.get("arrival"), r.get("concurrency"), r.get("target_rate")
+            ),
             "data": "tool's aggregates only" if r.get("aggregates_only") else "per request",
-            "client-bound": fmt.client_bound_label(
+            "client-bound": display.client_bound_label(
                 r.get("client_bound"), r.get("client_bound_reason")
             ),
             "SLO": {True: "pass", False: "FAIL", None: "no data"}[r.get("passed")],
@@ -165,13 +166,13 @@ def runs_table(rows: pd.DataFrame, profile: slo.SloProfile) -> pd.DataFrame:
             "tok/s per GPU": _round(r.get("output_throughput_per_gpu"), 1),
             "goodput req/s": _round(r.get("goodput"), 3),
             "attainment %": None
-            if fmt.is_missing(r.get("attainment"))
+            if display.is_missing(r.get("attainment"))
             else round(100.0 * float(r["attainment"]), 1),
             "error %": None
-            if fmt.is_missing(r.get("error_rate"))
+            if display.is_missing(r.get("error_rate"))
             else round(100.0 * float(r["error_rate"]), 2),
             "timeout %": None
-            if fmt.is_missing(r.get("timeout_rate"))
+            if display.is_missing(r.get("timeout_rate"))
             else round(100.0 * float(r["timeout_rate"]), 2),
             "lag P99 ms": _round(r.get("lag_p99_ms"), 2),
         }
@@ -194,11 +195,11 @@ def runs_table(rows: pd.DataFrame, profile: slo.SloProfile) -> pd.DataFrame:
 def percentile_table(rows: pd.DataFrame) -> pd.DataFrame:
     """P50/P90/P95/P99 of TTFT, TPOT, ITL, E2E per run, each with its sample count (ms)."""
     out: list[dict[str, Any]] = []
-    for r in fmt.records(rows):
+    for r in display.records(rows):
         for label, prefix in (("TTFT", "ttft"), ("TPOT", "tpot"), ("ITL", "itl"), ("E2E", "e2e")):
             raw = r.get(f"{prefix}_n")
-            n = 0 if raw is None or fmt.is_missing(raw) else int(raw)
-            row: dict[str, Any] = {"run": fmt.run_label(r), "metric": label, "samples": n}
+            n = 0 if raw is None or display.is_missing(raw) else int(raw)
+            row: dict[str, Any] = {"run": display.run_label(r), "metric": label, "samples": n}
             for stat in STATS:
                 row[stat.upper()] = _round(r.get(f"{prefix}_{stat}_ms"), 2)
             row["P99 confidence"] = (
@@ -267,8 +268,8 @@ def diff_table(diffs: pd.DataFrame) -> pd.DataFrame:
 def with_requests(rows: pd.DataFrame, choices: Mapping[str, str]) -> dict[str, str]:
     """Run id → label of the runs that have per-request rows (CDFs, bootstrap)."""
     out: dict[str, str] = {}
-    for r in fmt.records(rows):
-        if r.get("aggregates_only") or fmt.is_missing(r.get("requests")):
+    for r in display.records(rows):
+        if r.get("aggregates_only") or display.is_missing(r.get("requests")):
             continue
         if int(r["requests"]) > 0:
             rid = str(r["run_id"])
@@ -371,7 +372,9 @@ def pick_profile(profiles: Sequence[Mapping[str, Any]]) -> slo.SloProfile | None
     try:
         return slo.SloProfile.from_entry(by_name[name])
     except ConfigError as exc:
-        st.error(f"SLO profile {fmt.md_escape(name)} is invalid: {fmt.md_escape(exc.message)}")
+        st.error(
+            f"SLO profile {display.md_escape(name)} is invalid: {display.md_escape(exc.message)}"
+        )
         return None
 
 
@@ -460,7 +463,7 @@ def profile_editor(current: slo.SloProfile | None) -> None:
             try:
                 entry = profile_entry(values)
             except ConfigError as exc:
-                st.error(fmt.md_escape(exc.message), icon=":material/error:")
+                st.error(display.md_escape(exc.message), icon=":material/error:")
                 return
             cache.save_slo_profile(entry)
             # the profile picker already exists in this run: select the new one on the next
@@ -497,12 +500,14 @@ def want_distributions(rows: pd.DataFrame) -> bool:
 
 def show_aggregates_only(rows: pd.DataFrame) -> None:
     """Say which runs hold only the tool's aggregates and what cannot be shown for them."""
-    names = [fmt.run_label(r) for r in fmt.records(rows[rows["aggregates_only"].astype(bool)])]
+    names = [
+        display.run_label(r) for r in display.records(rows[rows["aggregates_only"].astype(bool)])
+    ]
     if not names:
         return
     st.warning(
         "Aggregates only: "
-        + "; ".join(fmt.md_escape(n) for n in names)
+        + "; ".join(display.md_escape(n) for n in names)
         + ". These imports have no per-request data, so their percentiles and throughput are "
         "the tool's own (its definitions, see docs/metrics.md), and goodput, SLO attainment, "
         "ITL, latency CDFs and bootstrap intervals cannot be computed for them.",

@@ -14,8 +14,7 @@ import pandas as pd
 import streamlit as st
 
 from analysis import crosscheck
-from ui import cache
-from ui import format as fmt
+from ui import cache, display
 
 METRIC_LABELS: Final[Mapping[str, str]] = {
     "ttft_ms": "TTFT",
@@ -65,7 +64,7 @@ def tool_summary(run_id: str) -> tuple[str, dict[str, Any] | None]:
     df = cache.run_tool_summary(run_id)
     if df.empty:
         return "", None
-    row = fmt.first_row(df)
+    row = display.first_row(df)
     summary = row.get("tool_summary")
     return str(row.get("source") or ""), summary if isinstance(summary, dict) else None
 
@@ -73,7 +72,7 @@ def tool_summary(run_id: str) -> tuple[str, dict[str, Any] | None]:
 def is_aggregates_only(detail: Mapping[str, Any], summary: Mapping[str, Any] | None) -> bool:
     """A run holding only the tool's aggregates: flagged so, and no request rows."""
     requests = detail.get("requests")
-    no_rows = requests is None or fmt.is_missing(requests) or int(requests) == 0
+    no_rows = requests is None or display.is_missing(requests) or int(requests) == 0
     return no_rows and crosscheck.is_aggregates_only(summary)
 
 
@@ -114,7 +113,7 @@ def aggregates_table(summary: Mapping[str, Any] | None) -> pd.DataFrame:
 def show_aggregates_only(source: str, summary: Mapping[str, Any] | None) -> None:
     """Say clearly that there is no per-request data, and show the tool's aggregates instead."""
     st.warning(
-        f"Aggregates only: this {fmt.md_escape(source or 'imported')} file has no per-request "
+        f"Aggregates only: this {display.md_escape(source or 'imported')} file has no per-request "
         "data, so there are no distributions, percentiles of ours or failure details. "
         "Below are the tool's own figures, with its definitions.",
         icon=":material/table_chart:",

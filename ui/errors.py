@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from errors import ServeScopeError, StoreError, StoreLockedError
-from ui.format import md_escape
+from ui.display import md_escape
 
 _TITLES: tuple[tuple[type[ServeScopeError], str], ...] = (
     (StoreLockedError, "The store is busy"),

@@ -29,8 +29,7 @@ from analysis.buckets import (
 )
 from errors import ConfigError, ServeScopeError
 from store import latency_queries
-from ui import crosscheck_view, latency_charts, state
-from ui import format as fmt
+from ui import crosscheck_view, display, latency_charts, state
 from ui.cache import latency as cache_latency
 from ui.errors import show_error
 
@@ -88,7 +87,7 @@ def edges_input(key: str = "latency_edges") -> tuple[int, ...]:
     try:
         return parse_edges(text)
     except ConfigError as exc:
-        st.error(fmt.md_escape(exc.message) + "  \n" + fmt.md_escape(exc.hint or ""))
+        st.error(display.md_escape(exc.message) + "  \n" + display.md_escape(exc.hint or ""))
         return DEFAULT_EDGES
 
 
@@ -173,7 +172,7 @@ def controls(run_id: str, span: tuple[float, float] | None) -> Selection:
 
 def show_empty() -> None:
     st.info("The store holds no runs yet. Fill it with one of these commands:")
-    st.code("\n".join(fmt.EMPTY_STORE_COMMANDS), language="bash")
+    st.code("\n".join(display.EMPTY_STORE_COMMANDS), language="bash")
     st.caption(
         "`servescope demo` measures three simulated engines at concurrency 1, 8 and 32 and "
         "records their /metrics, so every part of this page has data."
@@ -192,7 +191,7 @@ def pick_run(show_empty: Callable[[], None]) -> tuple[str, dict[str, str]]:
     if runs.empty:
         show_empty()
         st.stop()
-    choices = fmt.run_choices(runs)
+    choices = display.run_choices(runs)
     run_id = state.run_picker(choices)
     if run_id is None:
         st.stop()
@@ -207,7 +206,7 @@ def aggregates_only(run_id: str) -> bool:
     if not crosscheck_view.is_aggregates_only({"requests": requests}, summary):
         return False
     st.warning(
-        f"Aggregates only: this {fmt.md_escape(source or 'imported')} run has no per-request "
+        f"Aggregates only: this {display.md_escape(source or 'imported')} run has no per-request "
         "rows, so percentiles by length bucket, the heatmap over time, the scatter, the "
         "slowest requests, the TTFT split and the diagnosis cannot be computed: they all need "
         "each request's length and timings. The tool's own figures:",
@@ -319,7 +318,9 @@ def render_why(sel: Selection, sample: pd.DataFrame, stride: int) -> Why:
         )
     else:
         r2 = "—" if fit.r2 is None else f"{fit.r2:.2f}"
-        where = "" if source == sel.run_id else f" of run {fmt.md_escape(source)} (lighter load)"
+        where = (
+            "" if source == sel.run_id else f" of run {display.md_escape(source)} (lighter load)"
+        )
         st.caption(
             f"Prefill ≈ {fit.intercept_ms:,.1f} ms + {fit.ms_per_token * 1000:,.2f} ms per 1k "
             f"input tokens, fitted on {fit.n:,} requests{where} sent with ≤ {fit.light_max:g} "
@@ -426,9 +427,9 @@ def diagnosis_input(
     labels = bucket_labels(sel.edges)
     if heat is not None:  # the heatmap's whole-selection row, else a read of its own
         whole = heat[(heat["bucket"] < 0) & (heat["window"] < 0)]
-        total = {f"ttft_{k}": v for k, v in fmt.first_row(whole).items()}
+        total = {f"ttft_{k}": v for k, v in display.first_row(whole).items()}
     else:
-        total = fmt.first_row(cache_latency.ttft_summary((sel.run_id,), sel.window))
+        total = display.first_row(cache_latency.ttft_summary((sel.run_id,), sel.window))
     ttft = by_input[by_input["metric"] == "ttft_ms"]
     buckets = pd.DataFrame(
         {
@@ -457,7 +458,7 @@ def diagnosis_input(
 
     def num(key: str) -> float | None:
         v: Any = total.get(key)
-        return None if fmt.is_missing(v) else float(v)
+        return None if display.is_missing(v) else float(v)
 
     inp = dx.DiagnosisInput(
         engine=engine if engine is not None and not engine.empty else None,
@@ -502,12 +503,14 @@ def render_diagnosis(ev: Evidence) -> list[dx.Finding]:
         st.success("No issue found by the four rules.", icon=":material/check_circle:")
         missing = dx.missing_inputs(ev.inp)
         if missing:
-            st.caption("Not checked for lack of data: " + fmt.md_escape("; ".join(missing)) + ".")
+            st.caption(
+                "Not checked for lack of data: " + display.md_escape("; ".join(missing)) + "."
+            )
         return findings
     for f in findings:
         with st.container(border=True, key=f"finding_{f.rule}"):
-            st.markdown(f"**{f.rule}. {fmt.md_escape(f.title)}**")
-            st.markdown(fmt.md_escape(f.summary))
+            st.markdown(f"**{f.rule}. {display.md_escape(f.title)}**")
+            st.markdown(display.md_escape(f.summary))
             st.dataframe(
                 pd.DataFrame({"evidence": list(f.evidence), "value": list(f.evidence.values())}),
                 hide_index=True,
@@ -516,7 +519,7 @@ def render_diagnosis(ev: Evidence) -> list[dx.Finding]:
             chart = finding_chart(f, ev)
             if chart is not None:
                 st.plotly_chart(chart, key=f"finding_{f.rule}_chart")
-            st.markdown("\n".join(f"- {fmt.md_escape(a)}" for a in f.actions))
+            st.markdown("\n".join(f"- {display.md_escape(a)}" for a in f.actions))
     return findings
 
 
@@ -543,11 +546,11 @@ def finding_chart(f: dx.Finding, ev: Evidence) -> go.Figure | None:
 
 def run_span(run_id: str) -> tuple[int, tuple[float, float] | None]:
     """(requests, (first sent, last done)); the span is None when no request has a send time."""
-    span = fmt.first_row(cache_latency.request_span((run_id,)))
+    span = display.first_row(cache_latency.request_span((run_id,)))
     requests = int(span.get("requests") or 0)
     first: Any = span.get("first_sent")
     last: Any = span.get("last_done")
-    if fmt.is_missing(first):
+    if display.is_missing(first):
         return requests, None
-    end: Any = span.get("last_sent") if fmt.is_missing(last) else last
-    return requests, (float(first), float(end if not fmt.is_missing(end) else first))
+    end: Any = span.get("last_sent") if display.is_missing(last) else last
+    return requests, (float(first), float(end if not display.is_missing(end) else first))

@@ -21,8 +21,7 @@ import settings
 from analysis import engine_series as es
 from store import live_queries
 from store.db import Store
-from ui import format as fmt
-from ui import live_charts
+from ui import display, live_charts
 
 #: How much history the small charts show.
 WINDOW_S = 15 * 60
@@ -118,7 +117,7 @@ def _utc(ts: float) -> str:
 def _num(value: object, digits: int = 1, unit: str = "") -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "—"
-    return fmt.fmt_number(value, digits, unit)
+    return display.fmt_number(value, digits, unit)
 
 
 def render_empty() -> None:
@@ -145,12 +144,12 @@ def render_targets(data: LiveData) -> None:
         label = _target_label(target, rec["engine"])
         if rec["stale"]:
             st.warning(
-                f"**{fmt.md_escape(label)}** is stale: last sample "
+                f"**{display.md_escape(label)}** is stale: last sample "
                 f"{_ago(data.now - float(rec['last_ts']))} ({_utc(float(rec['last_ts']))}).",
                 icon=":material/schedule:",
             )
         else:
-            st.markdown(f"**{fmt.md_escape(label)}** · live")
+            st.markdown(f"**{display.md_escape(label)}** · live")
         cols = st.columns(6)
         kv = rec["kv_cache_usage"]
         cols[0].metric("Running", _num(rec["requests_running"], 0))

@@ -15,8 +15,7 @@ import pandas as pd
 import streamlit as st
 
 from analysis import latency as an
-from ui import cache, latency_view, memory_charts
-from ui import format as fmt
+from ui import cache, display, latency_view, memory_charts
 from ui.cache import latency as cache_latency
 
 GIB = 2**30
@@ -132,7 +131,9 @@ def summary_figures(data: MemoryData, cap: float) -> list[tuple[str, str, str]]:
         ]
     pre = memory_charts.preemption_steps(data.engine) if not data.engine.empty else pd.DataFrame()
     if not pre.empty or (data.engine["metric"] == "preemptions_total").any():
-        out.append(("Preemptions", fmt.fmt_count(pre["value"].sum() if not pre.empty else 0), ""))
+        out.append(
+            ("Preemptions", display.fmt_count(pre["value"].sum() if not pre.empty else 0), "")
+        )
     return out
 
 
@@ -185,8 +186,10 @@ def render_trends(data: MemoryData) -> None:
     _trend_metric(cols[1], "TTFT P50 slope", lt, "ms/h")
     for w in an.memory_warnings(_gpu_raw(data.gpu), data.engine):
         st.warning(
-            f"**{fmt.md_escape(w.title)}**  \n"
-            + "  \n".join(f"{fmt.md_escape(k)}: {fmt.md_escape(v)}" for k, v in w.evidence.items()),
+            f"**{display.md_escape(w.title)}**  \n"
+            + "  \n".join(
+                f"{display.md_escape(k)}: {display.md_escape(v)}" for k, v in w.evidence.items()
+            ),
             icon=":material/warning:",
         )
 
@@ -248,7 +251,7 @@ def render_overlay(run_ids: tuple[str, ...], choices: dict[str, str]) -> None:
     st.plotly_chart(memory_charts.aligned_runs_chart(aligned, choices), key="memory_overlay_chart")
     missing = [choices.get(r, r) for r in run_ids if r not in set(aligned["run_id"])]
     if missing:
-        st.caption("No samples for: " + fmt.md_escape(", ".join(missing)))
+        st.caption("No samples for: " + display.md_escape(", ".join(missing)))
 
 
 def note_aggregates_only(run_id: str) -> None:
@@ -258,7 +261,7 @@ def note_aggregates_only(run_id: str) -> None:
     requests = int(span["requests"].iloc[0]) if not span.empty else 0
     if latency_view.crosscheck_view.is_aggregates_only({"requests": requests}, summary):
         st.warning(
-            f"Aggregates only: this {fmt.md_escape(source or 'imported')} run has no "
+            f"Aggregates only: this {display.md_escape(source or 'imported')} run has no "
             "per-request rows, so the latency trend cannot be computed. Engine and GPU samples "
             "are shown when they were collected during its span (`servescope watch`).",
             icon=":material/table_chart:",

@@ -7,6 +7,7 @@ with a default, from the URL or the page's own widget.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import streamlit as st
 
@@ -14,10 +15,53 @@ RUN_PARAM = "run"  # ?run=<run_id>
 RUN_WIDGET_KEY = "run_select"
 
 
+# --- any URL-synced widget (the one place that writes st.query_params for a widget) ----------
+
+
+def url_value(param: str) -> str | None:
+    """``?param=`` from the URL; None when absent or empty."""
+    value = st.query_params.get(param)
+    return value or None
+
+
+def _as_text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def sync_to_url(
+    key: str, param: str, to_text: Callable[[Any], str] = _as_text
+) -> Callable[[], None]:
+    """An ``on_change`` callback: the widget ``key``'s value, as ``to_text`` writes it, becomes
+    ``?param=``; an empty text removes the parameter."""
+
+    def _changed() -> None:
+        value = st.session_state.get(key)
+        text = to_text(value) if value is not None else ""
+        if text:
+            st.query_params[param] = text
+        elif param in st.query_params:
+            del st.query_params[param]
+
+    return _changed
+
+
+def init_widget(key: str, value: Any) -> None:
+    """Give the widget ``key`` its first value (from the URL or a default) once per session:
+    Streamlit then keeps what the user chose."""
+    if key not in st.session_state:
+        st.session_state[key] = value
+
+
+# --- the selected run (?run=) ------------------------------------------------------------------
+
+
 def requested_run() -> str | None:
     """The run id in the URL (``?run=``), if any."""
-    value = st.query_params.get(RUN_PARAM)
-    return value or None
+    return url_value(RUN_PARAM)
 
 
 def set_run(run_id: str | None) -> None:

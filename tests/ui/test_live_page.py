@@ -10,8 +10,7 @@ from streamlit.testing.v1 import AppTest
 
 from store import ingest
 from store.db import Store
-from ui import format as fmt
-from ui import live_charts
+from ui import display, live_charts
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = str(ROOT / "pages" / "live.py")
@@ -123,7 +122,7 @@ def test_live_and_stale_sources(db_url: str) -> None:
     assert values[3] == "0.10"  # preemptions/s: +0.1 per 1 s scrape
     # the SGLang target stopped 10 minutes ago: marked stale, figures shown as they were
     assert len(at.warning) == 1
-    assert fmt.md_escape("http://10.0.0.2:30000/metrics") in at.warning[0].value
+    assert display.md_escape("http://10.0.0.2:30000/metrics") in at.warning[0].value
     assert "stale" in at.warning[0].value and "10 min ago" in at.warning[0].value
     assert values[6] == "3"
     gpu = next(df.value for df in at.dataframe if "status" in df.value.columns)

@@ -1,4 +1,4 @@
-"""ui.format: escaping, labels and the display tables the home page shows."""
+"""ui.display: escaping, labels and the display tables the home page shows."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pandas as pd
 import pytest
 
-from ui import format as fmt
+from ui import display
 
 
 @pytest.mark.parametrize(
@@ -22,7 +22,7 @@ from ui import format as fmt
     ],
 )
 def test_md_escape(raw: str, escaped: str) -> None:
-    assert fmt.md_escape(raw) == escaped
+    assert display.md_escape(raw) == escaped
 
 
 @pytest.mark.parametrize(
@@ -40,21 +40,21 @@ def test_md_escape(raw: str, escaped: str) -> None:
 def test_load_label(
     arrival: str | None, concurrency: float | None, rate: float | None, label: str
 ) -> None:
-    assert fmt.load_label(arrival, concurrency, rate) == label
+    assert display.load_label(arrival, concurrency, rate) == label
 
 
 def test_client_bound_label() -> None:
-    assert fmt.client_bound_label(True, "lag") == "⚠ client-bound: lag"
-    assert fmt.client_bound_label(True, None) == "⚠ client-bound"
-    assert fmt.client_bound_label(False, "x") == ""
-    assert fmt.client_bound_label(pd.NA, None) == ""
+    assert display.client_bound_label(True, "lag") == "⚠ client-bound: lag"
+    assert display.client_bound_label(True, None) == "⚠ client-bound"
+    assert display.client_bound_label(False, "x") == ""
+    assert display.client_bound_label(pd.NA, None) == ""
 
 
 def test_fmt_number() -> None:
-    assert fmt.fmt_number(1234.567, 1, "ms") == "1,234.6 ms"
-    assert fmt.fmt_number(None) == "—"
-    assert fmt.fmt_number(float("nan")) == "—"
-    assert fmt.fmt_count(12345) == "12,345"
+    assert display.fmt_number(1234.567, 1, "ms") == "1,234.6 ms"
+    assert display.fmt_number(None) == "—"
+    assert display.fmt_number(float("nan")) == "—"
+    assert display.fmt_count(12345) == "12,345"
 
 
 def _latest() -> pd.DataFrame:
@@ -86,7 +86,7 @@ def _latest() -> pd.DataFrame:
 
 
 def test_runs_table_keeps_row_order_and_shows_the_flag() -> None:
-    table = fmt.runs_table(_latest())
+    table = display.runs_table(_latest())
     assert table["name"].tolist() == ["fast", "r2"]  # a run without a name shows its id
     assert table.columns[1] == "client-bound"
     assert table["client-bound"].tolist() == ["", "⚠ client-bound: lag"]
@@ -95,7 +95,7 @@ def test_runs_table_keeps_row_order_and_shows_the_flag() -> None:
     assert table["output tok/s"].iloc[0] == pytest.approx(123.5)
     assert pd.isna(table["output tok/s"].iloc[1])
     assert table["TPOT P50 ms"].iloc[0] == pytest.approx(1.23)
-    assert fmt.run_choices(_latest()) == {
+    assert display.run_choices(_latest()) == {
         "r1": "fast · sim · m · c=8",
         "r2": "r2 · ? · m · 4 req/s poisson · ⚠ client-bound",
     }
@@ -112,7 +112,7 @@ def test_latency_table_counts_and_confidence() -> None:
         "e2e_n": 0,
         "lag_n": None,
     }
-    table = fmt.latency_table(detail, {"itl_n": 1000, "itl_p50_ms": 3.0}).set_index("metric")
+    table = display.latency_table(detail, {"itl_n": 1000, "itl_p50_ms": 3.0}).set_index("metric")
     assert table.loc["TTFT", "samples"] == 150
     assert table.loc["TTFT", "P99"] == pytest.approx(10.0)
     assert table.loc["TTFT", "P99 confidence"] == "ok"
@@ -125,7 +125,7 @@ def test_latency_table_counts_and_confidence() -> None:
 def test_summary_figures_and_marks() -> None:
     figures = {
         label: value
-        for label, value, _ in fmt.summary_figures(
+        for label, value, _ in display.summary_figures(
             {
                 "requests": 200,
                 "ok": 150,
@@ -142,8 +142,10 @@ def test_summary_figures_and_marks() -> None:
     assert figures["Errors"] == "50 (25.0%)"
     assert figures["Per GPU"] == "—"
     assert figures["Interactivity per user"] == "50.0 tok/s"
-    assert fmt.percentile_marks({"ttft_p50_ms": 1.0, "ttft_p99_ms": float("nan")}, "ttft_ms") == {
+    assert display.percentile_marks(
+        {"ttft_p50_ms": 1.0, "ttft_p99_ms": float("nan")}, "ttft_ms"
+    ) == {
         "P50": 1.0,
         "P99": None,
     }
-    assert fmt.first_row(pd.DataFrame({"a": []})) == {}
+    assert display.first_row(pd.DataFrame({"a": []})) == {}
