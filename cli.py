@@ -86,7 +86,7 @@ def _run_db(args: argparse.Namespace) -> int:
     elif args.db_action == "runs":
         _print_runs(store, args.limit)
     elif args.db_action == "prepare":
-        from collectors import run_views
+        from services.commands import prepare
         from store import data_queries
 
         if args.run_ids:
@@ -99,7 +99,7 @@ def _run_db(args: argparse.Namespace) -> int:
                     hint="`servescope db runs` lists the stored runs",
                 )
         ids = list(dict.fromkeys(args.run_ids)) or queries_admin.run_ids(store)
-        if not run_views.prepare(store, ids):
+        if not prepare.prepare(store, ids):
             print(
                 f"servescope db prepare: {store.url} refused the writes (locked?)", file=sys.stderr
             )
@@ -289,7 +289,7 @@ def _stop_as_interrupt(signum: int, frame: FrameType | None) -> None:
 
 
 def _demo_command(sub: argparse._SubParsersAction) -> None:
-    from collectors import demo
+    from services.commands import demo
 
     p = sub.add_parser(
         "demo",
@@ -305,7 +305,7 @@ def _demo_command(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    from collectors import demo
+    from services.commands import demo
 
     demo.fill(args.db, progress=not args.quiet)
     if args.no_ui:
@@ -314,10 +314,7 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from collectors import export, watch_command
-    from collectors.importers import command as import_command
-    from collectors.loadgen import command as bench_command
-    from sim import command as sim_command
+    from services.commands import bench, export, imports, sim, watch
 
     parser = argparse.ArgumentParser(
         prog="servescope",
@@ -325,11 +322,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log more (and SQL, with -vv)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    sim_command.register(sub)
-    bench_command.register(sub)
-    import_command.register(sub)
+    sim.register(sub)
+    bench.register(sub)
+    imports.register(sub)
     export.register(sub)
-    watch_command.register(sub)
+    watch.register(sub)
     _demo_command(sub)
     _ui_command(sub)
     _db_commands(sub)

@@ -12,7 +12,7 @@ each the median of ``--repeats`` cold runs (no Streamlit cache):
   * Home on the same store (its newest run), first view and cold view;
   * the whole page rendered by Streamlit's AppTest with all 9 runs selected (target < 2 s):
     its very first view (nothing stored: every aggregate computed), the first view after
-    ``collectors.run_views.prepare`` (what `servescope import` / `bench` do when they finish),
+    ``services.commands.prepare.prepare`` (what `servescope import` / `bench` do when they finish),
     and a
     cold view (fresh Streamlit cache; rollups the earlier views stored).
 
@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from analysis import compare, slo  # noqa: E402
-from collectors import run_views  # noqa: E402
+from services.commands import prepare  # noqa: E402
 from store import catalog, compare_queries, ingest  # noqa: E402
 from store.db import Store  # noqa: E402
 
@@ -286,7 +286,7 @@ def main() -> None:
 
     def refreshed() -> None:
         clear_rollups(url)
-        seconds, _ = timed(with_store(lambda s: run_views.prepare(s, ids)), 1)
+        seconds, _ = timed(with_store(lambda s: prepare.prepare(s, ids)), 1)
         refresh_s.append(seconds)
 
     render()  # imports and first-use costs out of the way

@@ -12,7 +12,7 @@ samples every second over the run, plus two 10k-request runs of the same bench i
   rows (no stored rollups), then served from the rollups the first pass stored;
 * the same for the Memory page;
 * a full render of each page with Streamlit's AppTest: its very first view (nothing
-  stored), the first view after ``collectors.run_views.prepare`` (what `servescope import`
+  stored), the first view after ``services.commands.prepare.prepare`` (what `servescope import`
   and `bench` do when they finish), a cold view (fresh Streamlit cache, the rollups earlier
   views stored), and a rerun with warm caches.
 
@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.buckets import DEFAULT_EDGES
-from collectors import run_views
+from services.commands import prepare
 from store import ingest, latency_queries, memory_queries
 from store.db import Store
 
@@ -264,7 +264,7 @@ def render(page: str, store: Store) -> tuple[float, float, float, float, float]:
     first, _ = once()
     clear_rollups(store)
     t = time.perf_counter()
-    run_views.prepare(store, ["big", "c1", "c8"])
+    prepare.prepare(store, ["big", "c1", "c8"])
     refresh = time.perf_counter() - t
     after, _ = once()
     cold, at = once()

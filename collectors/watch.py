@@ -9,7 +9,7 @@ hands over, so tests compare "scraped" with "stored" (zero lost samples).
 
 Two ways to use it:
 
-- ``servescope watch`` (``collectors.watch_command``) runs :func:`watch` in the foreground with a
+- ``servescope watch`` (``services.commands.watch``) runs :func:`watch` in the foreground with a
   one-line live status; Ctrl-C flushes and exits 0.
 - :class:`LiveCollection` runs the same watcher on a background thread while something else
   (``servescope bench``, the demo) runs, and hands back a :class:`CollectionSummary` of which

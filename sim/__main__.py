@@ -1,15 +1,11 @@
-"""``python -m sim [flags]``: the same as ``servescope sim [flags]``."""
+"""``python -m sim [flags]``: the same as ``servescope sim [flags]`` (the command lives in
+``services.commands.sim``; this entry point hands its flags to the ``servescope`` parser)."""
 
 from __future__ import annotations
 
 import sys
 
-from errors import ServeScopeError
-from sim.command import main
+import cli
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except ServeScopeError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    sys.exit(cli.main(["sim", *sys.argv[1:]]))

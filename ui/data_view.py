@@ -16,8 +16,8 @@ import pandas as pd
 import streamlit as st
 
 import settings
-from collectors import run_views
 from collectors.importers import FileReport, ImportOptions, Source, import_sources
+from services.commands import prepare
 from store import data_queries, ingest
 from store.db import Store
 
@@ -69,7 +69,7 @@ def import_uploads(
     with _store() as store:
         reports = import_sources(store, sources, options, progress=progress)
         # the new runs' summaries (and large runs' page views), so the first view is quick
-        run_views.prepare(store, [rid for r in reports for rid in r.run_ids])
+        prepare.prepare(store, [rid for r in reports for rid in r.run_ids])
     _changed()
     return reports
 

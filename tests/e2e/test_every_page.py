@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from collectors import demo
+from services.commands import demo
 from store.db import Store
 from ui.nav import PAGES
 

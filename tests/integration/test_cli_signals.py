@@ -171,7 +171,7 @@ def test_sigterm_to_demo_stops_its_simulated_engine(tmp_path: Path) -> None:
 
 def test_sigterm_to_demo_dashboard_stops_streamlit(tmp_path: Path) -> None:
     """The demo's dashboard (after an already-filled store) forwards the signal too."""
-    from collectors import demo
+    from services.commands import demo
     from store import ingest
     from store.db import Store
 
@@ -192,7 +192,7 @@ def test_a_second_signal_while_the_demo_stops_its_sim_still_kills_it(
     """Two signals in a row (a supervisor's SIGTERM, then a user's Ctrl-C): the second lands
     while running_sim waits for its sim to exit. That wait is made to raise here, as the
     second signal would, and the sim process must still be gone."""
-    from collectors import demo
+    from services.commands import demo
 
     engine = demo.DemoEngine("sig", "H100-SXM-80GB", "llama-3.1-8b", "signal test")
     real_wait = subprocess.Popen.wait

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from collectors import demo
+from services.commands import demo
 from store import queries_admin
 from store.db import Store
 

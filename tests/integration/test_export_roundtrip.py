@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from collectors import export
 from collectors.importers import import_paths
+from services.commands import export
 from store import data_queries, ingest
 from store.db import Store
 

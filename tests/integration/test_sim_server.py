@@ -490,7 +490,7 @@ def test_dcgm_memory_and_vllm_names(sim_factory, fixtures_dir: Path) -> None:  #
 def test_register_adds_the_sim_subcommand() -> None:
     import argparse
 
-    from sim import command
+    from services.commands import sim as command
 
     parser = argparse.ArgumentParser()
     command.register(parser.add_subparsers(dest="cmd"))

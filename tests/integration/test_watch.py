@@ -151,8 +151,8 @@ def test_resolve_metrics_url(sim: SimHandle) -> None:
 
 
 def _watch_cmd(db: str, *extra: str) -> list[str]:
-    # the same parser as `servescope watch` (cli.py registers collectors.watch_command)
-    return [sys.executable, "-m", "collectors.watch_command", "--db", db, *extra]
+    # the same parser as `servescope watch` (cli.py registers services.commands.watch)
+    return [sys.executable, "-m", "services.commands.watch", "--db", db, *extra]
 
 
 def _env(tmp_path: Path) -> dict[str, str]:

@@ -279,13 +279,13 @@ def test_memory_cap_is_judged_on_each_runs_gpu_samples(db_url: str) -> None:
 def test_sampled_views_start_on_when_prepared(
     seeded_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from collectors import run_views
+    from services.commands import prepare
     from ui import compare_view
 
     monkeypatch.setattr(compare_view, "BIG_SELECTION", 100)  # the seeded runs hold 172
     store = Store.open(seeded_url)
     try:  # as `servescope import` / `bench` leave large runs: their samples already kept
-        assert run_views.prepare(store, ["run-sim", "run-import", "run-empty"], large_run=1)
+        assert prepare.prepare(store, ["run-sim", "run-import", "run-empty"], large_run=1)
     finally:
         store.dispose()
     at = _run()

@@ -1,4 +1,4 @@
-"""collectors.run_views.prepare computes exactly what the Latency and Memory pages read first:
+"""services.commands.prepare.prepare computes exactly what the Latency and Memory pages read first:
 after it, their default views of a run are served from stored rollups, with nothing left to
 aggregate (every rollup-backed read the pages make would otherwise store a new one: the tests
 keep every rollup, SERVESCOPE_ROLLUP_MIN_MS=0)."""
@@ -11,7 +11,7 @@ import pandas as pd
 from streamlit.testing.v1 import AppTest
 from test_latency_page import seed_series
 
-from collectors import run_views
+from services.commands import prepare
 from store import rollups
 from store.db import Store
 
@@ -36,7 +36,7 @@ def _stored(url: str) -> pd.DataFrame:
 def test_prepared_runs_render_from_stored_rollups(db_url: str) -> None:
     seed_series(db_url)
     store = Store.open(db_url)
-    assert run_views.prepare(store, ["c1", "c8", "c32"], large_run=1)
+    assert prepare.prepare(store, ["c1", "c8", "c32"], large_run=1)
     store.dispose()
     prepared = _stored(db_url)
     kinds = set(prepared.loc[prepared["run_id"] == "c32", "kind"])
@@ -68,6 +68,6 @@ def test_prepared_runs_render_from_stored_rollups(db_url: str) -> None:
 def test_small_runs_get_their_summary_only(db_url: str) -> None:
     seed_series(db_url)
     store = Store.open(db_url)
-    assert run_views.prepare(store, ["c1", "c8", "c32", "missing"])  # below LARGE_RUN
+    assert prepare.prepare(store, ["c1", "c8", "c32", "missing"])  # below LARGE_RUN
     store.dispose()
     assert set(_stored(db_url)["kind"]) == {"run_stats"}

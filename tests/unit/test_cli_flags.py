@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 import cli
-from collectors.loadgen.command import config_from_args
 from errors import InputError
+from services.commands.bench import config_from_args
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -263,7 +263,7 @@ def test_db_runs_lists_runs_and_prepare_rejects_unknown_ids(
 
 
 def test_the_export_hint_names_a_command_that_lists_runs(tmp_path: Path) -> None:
-    from collectors import export
+    from services.commands import export
     from store.db import Store
 
     store = Store.open(f"duckdb:///{tmp_path / 'e.duckdb'}")

@@ -7,7 +7,6 @@ import argparse
 import pytest
 
 from collectors.loadgen.client import base_url, build_body, error_text
-from collectors.loadgen.command import config_from_args, register
 from collectors.loadgen.config import (
     MAX_CONCURRENCY,
     BenchConfig,
@@ -19,6 +18,7 @@ from collectors.loadgen.results import client_bound
 from collectors.loadgen.runner import public_endpoint
 from collectors.loadgen.workloads import TurnSpec
 from errors import InputError
+from services.commands.bench import config_from_args, register
 
 
 def parse(*argv: str) -> argparse.Namespace:

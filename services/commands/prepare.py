@@ -28,7 +28,7 @@ from store import catalog, compare_queries, latency_queries, memory_queries, que
 from store.db import Store
 from store.sql import SAMPLE_METRICS
 
-log = logging.getLogger("servescope.run_views")
+log = logging.getLogger("servescope.prepare")
 
 #: Requests from which a run's Latency and Memory views are computed ahead (below it each
 #: view costs < 0.1 s on the 2-core development machine; at 10M requests, seconds).

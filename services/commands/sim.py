@@ -1,6 +1,6 @@
 """``servescope sim``: run the reference engine from the command line.
 
-cli.py calls :func:`register` with its subparsers; ``python -m sim`` runs the same parser alone.
+cli.py calls :func:`register` with its subparsers; ``python -m sim`` hands its flags to cli.py.
 """
 
 from __future__ import annotations
@@ -131,11 +131,3 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_arguments(p)
     p.set_defaults(func=run)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sim")
-    sub = parser.add_subparsers(dest="command")
-    register(sub)
-    args = parser.parse_args(["sim", *(argv if argv is not None else sys.argv[1:])])
-    return int(args.func(args))

@@ -265,8 +265,8 @@ def run(args: argparse.Namespace) -> int:
     3 a run failed, 4 rows spooled (store locked), 128 + signal number after SIGINT/SIGTERM."""
     import signal
 
-    from collectors import run_views
     from collectors.loadgen.runner import STOP_SIGNALS, BenchInterrupted, run_bench
+    from services.commands import prepare
     from store.db import Store
 
     config = config_from_args(args)
@@ -311,5 +311,5 @@ def run(args: argparse.Namespace) -> int:
     for sig, previous in interrupted.items():
         signal.signal(sig, previous)
     if outcome.run_ids and not outcome.rows_spooled:
-        run_views.prepare(store, outcome.run_ids)  # quick first views of what was saved
+        prepare.prepare(store, outcome.run_ids)  # quick first views of what was saved
     return code

@@ -13,11 +13,10 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from collectors.importers.model import ImportOptions
+from collectors.importers.registry import FORMATS
+from collectors.importers.runner import FileReport, import_paths
 from errors import ExitCode
-
-from .model import ImportOptions
-from .registry import FORMATS
-from .runner import FileReport, import_paths
 
 
 class _Paths(argparse.Action):
@@ -116,7 +115,7 @@ def print_summary(reports: list[FileReport], out: TextIO) -> None:
 
 
 def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
-    from collectors import run_views
+    from services.commands import prepare
     from store.db import Store
 
     out = out or sys.stdout
@@ -138,5 +137,5 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
             print(f"servescope import: error: {r.error}", file=err)
     print_summary(reports, out)
     # the new runs' summaries (and large runs' page views), so the first view of them is quick
-    run_views.prepare(store, [rid for r in reports for rid in r.run_ids])
+    prepare.prepare(store, [rid for r in reports for rid in r.run_ids])
     return ExitCode.PARTIAL if any(r.error for r in reports) else ExitCode.OK

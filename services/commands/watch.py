@@ -184,8 +184,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m collectors.watch_command [flags]``: the same as ``servescope watch [flags]``."""
-    parser = argparse.ArgumentParser(prog="python -m collectors.watch_command")
+    """``python -m services.commands.watch [flags]``: the same as ``servescope watch [flags]``."""
+    parser = argparse.ArgumentParser(prog="python -m services.commands.watch")
     sub = parser.add_subparsers(dest="command")
     register(sub)
     args = parser.parse_args(["watch", *(argv if argv is not None else sys.argv[1:])])
