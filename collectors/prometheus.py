@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import httpx
 
 from collectors import engine_metrics, gpu
 from collectors.prometheus_text import Exposition, Sample, labels_key
+from collectors.row_sink import RowSink
 from errors import CollectorError, InputError
 
 #: Prometheus refuses range queries of more than 11,000 points per series.
@@ -240,14 +241,8 @@ def default_query(match: str | None = None) -> str:
     return selector([*engine_metrics.source_names(), *DCGM_NAMES], match)
 
 
-class Sink(Protocol):
-    """Where rows go (``store.ingest.BufferedWriter`` fits; the consumer owns the interface)."""
-
-    def add(self, table: str, rows: Sequence[Mapping[str, Any]]) -> None: ...
-
-
 def import_window(
-    sink: Sink,
+    sink: RowSink,
     prometheus_url: str,
     *,
     start: float,

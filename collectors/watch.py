@@ -3,7 +3,7 @@ and write the samples through a buffered writer (ARCHITECTURE §4, §6).
 
 Each source runs its own loop on one asyncio event loop, so a slow or dead target never delays
 the others; ticks are scheduled on a fixed grid (no drift), and a tick missed because a scrape
-overran is counted and skipped, never queued. Rows go to a ``Sink`` (``store.ingest.
+overran is counted and skipped, never queued. Rows go to a ``RowSink`` (``store.ingest.
 BufferedWriter``: one transaction every ~2 s, lock retry, spool). The watcher counts every row it
 hands over, so tests compare "scraped" with "stored" (zero lost samples).
 
@@ -39,6 +39,7 @@ import httpx
 
 from collectors import engine_metrics, gpu, prometheus
 from collectors.prometheus_text import Exposition, PrometheusTextError, labels_key, parse
+from collectors.row_sink import RowSink
 from errors import CollectorError, InputError
 
 log = logging.getLogger("servescope.watch")
@@ -46,12 +47,6 @@ log = logging.getLogger("servescope.watch")
 #: Raw-series modes: every series, the engine's (and DCGM's) own families, or none.
 RAW_MODES = ("engine", "all", "none")
 MIN_INTERVAL_S = 0.25
-
-
-class Sink(Protocol):
-    """Where the watcher puts rows (``store.ingest.BufferedWriter`` is one)."""
-
-    def add(self, table: str, rows: Sequence[Mapping[str, Any]]) -> None: ...
 
 
 # --- sources ----------------------------------------------------------------------------------
@@ -279,7 +274,7 @@ class Watcher:
 
     def __init__(
         self,
-        sink: Sink,
+        sink: RowSink,
         sources: Sequence[Source],
         *,
         interval_s: float = 1.0,
@@ -683,7 +678,7 @@ def resolve_metrics_url(
 
 
 def watch(
-    sink: Sink,
+    sink: RowSink,
     spec: SourceSpec,
     *,
     interval_s: float = 1.0,

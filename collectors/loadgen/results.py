@@ -1,7 +1,7 @@
 """From emitted result batches to store rows, live statistics and the client-bound verdict.
 
 Runs in the coordinating process (never in the measuring event loop): it turns each
-``ResultBatch`` into ``requests`` and ``token_gaps`` rows for a ``Sink`` (the store's
+``ResultBatch`` into ``requests`` and ``token_gaps`` rows for a ``RowSink`` (the store's
 ``BufferedWriter``), keeps what the progress bar and the run row need, and decides whether the
 client kept up (ARCHITECTURE §5/§6): a run is client-bound when it sent at < 95% of the
 scheduled rate or its P99 client lag exceeded 10 ms.
@@ -11,26 +11,19 @@ from __future__ import annotations
 
 from array import array
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from analysis.metrics import percentile, request_tpot_ms
 from collectors.loadgen.engine import ROW_FIELDS, ResultBatch
+from collectors.row_sink import RowSink
 
 RATE_TOLERANCE = 0.95
 MAX_P99_LAG_MS = 10.0
 MAX_P99_LOOP_LAG_MS = 10.0  # the measuring event loop's own wake-up delay
 
 _I = {name: i for i, name in enumerate(ROW_FIELDS)}
-
-
-class Sink(Protocol):
-    """Where rows go: ``store.ingest.BufferedWriter`` satisfies it."""
-
-    def add(self, table: str, rows: Sequence[Mapping[str, Any]]) -> None: ...
-
-    def add_run(self, run: Mapping[str, Any]) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -87,7 +80,7 @@ def client_bound(
 class RunCollector:
     """Consumes the result batches of one run: rows to the sink, statistics kept."""
 
-    def __init__(self, run_id: str, sink: Sink, *, recent: int = 2000) -> None:
+    def __init__(self, run_id: str, sink: RowSink, *, recent: int = 2000) -> None:
         self.run_id = run_id
         self.sink = sink
         self.done = 0
