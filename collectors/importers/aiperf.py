@@ -20,7 +20,7 @@ import pandas as pd
 from collectors import engine_metrics
 from collectors.prometheus_text import Exposition, Sample
 
-from . import validate as v
+from . import validate
 from .base import Clock
 from .model import Document, ImportOptions, ParsedFile, ParsedRun
 from .nvidia_common import (
@@ -126,7 +126,7 @@ def _summary_tool(doc: Document) -> tuple[dict[str, Any], dict[str, Any]]:
             raw["aiperf_version"] = obj["aiperf_version"]
     dur = metrics.get("benchmark_duration")
     if dur is not None and fields.get("started_at") is None:
-        seconds = v.aggregate(r, dur.get("avg"), "benchmark_duration.avg", v.DURATION)
+        seconds = validate.aggregate(r, dur.get("avg"), "benchmark_duration.avg", validate.DURATION)
         if seconds is not None:
             fields["duration_s"] = seconds
     tool = summary_tool(r, doc, metrics, raw, source=SOURCE, tool_name="AIPerf")
@@ -157,7 +157,7 @@ def _metric(
     metrics: dict[str, Any],
     name: str,
     where: str,
-    bound: v.Bound,
+    bound: validate.Bound,
     *,
     time: bool,
     many: bool = False,
@@ -172,11 +172,11 @@ def _metric(
     key = where + name + ".value"
     factor = to_ms(r, m.get("unit", "ms"), where + name) if time else 1.0
     if many:
-        values = v.check_array(r.path, key, r.float_array(value, key), bound)
+        values = validate.check_array(r.path, key, r.float_array(value, key), bound)
         return (values * factor).tolist()
     if isinstance(value, list | dict):
         raise r.fail(key, f"expected a number but found {type(value).__name__}")
-    num = v.number(r, value, key, bound)
+    num = validate.number(r, value, key, bound)
     return None if num is None else num * factor
 
 
@@ -208,24 +208,26 @@ def _records_jsonl(doc: Document, run_id: str) -> tuple[pd.DataFrame | None, Any
         if meta.get("benchmark_phase") == "warmup":
             warmup += 1
             continue
-        start = v.ns_timestamp(
+        start = validate.ns_timestamp(
             r,
             r.require(meta, "request_start_ns", where + "metadata."),
             where + "metadata.request_start_ns",
         )
         end_raw = meta.get("request_end_ns")
         end_key = where + "metadata.request_end_ns"
-        end = None if end_raw is None else v.ns_timestamp(r, end_raw, end_key)
+        end = None if end_raw is None else validate.ns_timestamp(r, end_raw, end_key)
         error = rec.get("error")
         cancelled = bool(meta.get("was_cancelled"))
         status = "error" if error else ("cancelled" if cancelled else "ok")
         at = where + "metrics."
-        ttft = _metric(r, metrics, "time_to_first_token", at, v.LATENCY, time=True)
-        gaps = _metric(r, metrics, "inter_chunk_latency", at, v.GAP, time=True, many=True) or []
-        usage_out = _metric(r, metrics, "usage_completion_tokens", at, v.TOKENS, time=False)
-        osl = _metric(r, metrics, "output_sequence_length", at, v.TOKENS, time=False)
-        usage_in = _metric(r, metrics, "usage_prompt_tokens", at, v.TOKENS, time=False)
-        isl = _metric(r, metrics, "input_sequence_length", at, v.TOKENS, time=False)
+        ttft = _metric(r, metrics, "time_to_first_token", at, validate.LATENCY, time=True)
+        gaps = (
+            _metric(r, metrics, "inter_chunk_latency", at, validate.GAP, time=True, many=True) or []
+        )
+        usage_out = _metric(r, metrics, "usage_completion_tokens", at, validate.TOKENS, time=False)
+        osl = _metric(r, metrics, "output_sequence_length", at, validate.TOKENS, time=False)
+        usage_in = _metric(r, metrics, "usage_prompt_tokens", at, validate.TOKENS, time=False)
+        isl = _metric(r, metrics, "input_sequence_length", at, validate.TOKENS, time=False)
         rows["sent"].append(start / 1e9)
         rows["ttft"].append(ttft)
         rows["e2e"].append(_e2e(r, start, end, end_key) if status == "ok" else None)
@@ -239,11 +241,15 @@ def _records_jsonl(doc: Document, run_id: str) -> tuple[pd.DataFrame | None, Any
         rows["err"].append(None if not error else str(err_obj.get("message") or error)[:500])
         code = err_obj.get("code")
         rows["http"].append(
-            v.integer(r, code, where + "error.code", v.CODE) if isinstance(code, int) else None
+            validate.integer(r, code, where + "error.code", validate.CODE)
+            if isinstance(code, int)
+            else None
         )
         rows["conv"].append(r.text(meta.get("conversation_id"), where + "metadata.conversation_id"))
         rows["turn"].append(
-            v.integer(r, meta.get("turn_index"), where + "metadata.turn_index", v.INDEX)
+            validate.integer(
+                r, meta.get("turn_index"), where + "metadata.turn_index", validate.INDEX
+            )
         )
         rows["gaps"].append(gaps if status == "ok" else [])
     n = len(rows["status"])
@@ -261,11 +267,11 @@ def _e2e(r: Reader, start: int, end: int | None, key: str) -> float | None:
     """E2E in ms from epoch-ns start and end; an end before the start is a bad file."""
     if end is None:
         return None
-    return v.check(
+    return validate.check(
         r.path,
         key,
         (end - start) / 1e6,
-        v.LATENCY,
+        validate.LATENCY,
         how="E2E (request_end_ns − request_start_ns, ms)",
     )
 
@@ -275,8 +281,8 @@ def _ns_cell(r: Reader, value: str | None, key: str) -> int | None:
     if value is None:
         return None
     if value.isascii() and value.isdigit():
-        return v.ns_timestamp(r, int(value), key)
-    return v.ns_timestamp(r, value, key)
+        return validate.ns_timestamp(r, int(value), key)
+    return validate.ns_timestamp(r, value, key)
 
 
 def _records_csv(doc: Document, run_id: str) -> tuple[pd.DataFrame | None, Any, int]:
@@ -295,7 +301,9 @@ def _records_csv(doc: Document, run_id: str) -> tuple[pd.DataFrame | None, Any, 
         return value or None
 
     def timed(row: list[str], name: str, line: int) -> float | None:
-        value = v.number(r, cell(row, name), f"line {line} column {name!r}", v.LATENCY)
+        value = validate.number(
+            r, cell(row, name), f"line {line} column {name!r}", validate.LATENCY
+        )
         if value is None:
             return None
         return value * to_ms(r, cols[name][1] or "ms", f"line {line} column {name!r}")
@@ -321,7 +329,9 @@ def _records_csv(doc: Document, run_id: str) -> tuple[pd.DataFrame | None, Any, 
         status = "error" if error else ("cancelled" if cancelled else "ok")
 
         def tokens(name: str, row: list[str] = row, line: int = line) -> float | None:
-            return v.number(r, cell(row, name), f"line {line} column {name!r}", v.TOKENS)
+            return validate.number(
+                r, cell(row, name), f"line {line} column {name!r}", validate.TOKENS
+            )
 
         usage_out = tokens("usage_completion_tokens")
         osl = tokens("output_sequence_length")
@@ -340,7 +350,9 @@ def _records_csv(doc: Document, run_id: str) -> tuple[pd.DataFrame | None, Any, 
         rows["err"].append(None if not error else (cell(row, "error_message") or error)[:500])
         rows["conv"].append(cell(row, "conversation_id"))
         turn = cell(row, "turn_index")
-        rows["turn"].append(v.integer(r, turn, f"line {line} column 'turn_index'", v.INDEX))
+        rows["turn"].append(
+            validate.integer(r, turn, f"line {line} column 'turn_index'", validate.INDEX)
+        )
     n = len(rows["status"])
     if n == 0:
         return None, None, warmup
@@ -413,7 +425,7 @@ def parse_records(docs: list[Document], options: ImportOptions, clock: Clock) ->
 # --- telemetry -------------------------------------------------------------------------------
 
 GB = 1e9
-GPU_INDEX = v.Bound("a GPU index", high=v.INT32_MAX, integer=True, nan="bad")
+GPU_INDEX = validate.Bound("a GPU index", high=validate.INT32_MAX, integer=True, nan="bad")
 
 
 def parse_gpu(docs: list[Document], options: ImportOptions, clock: Clock) -> ParsedFile:
@@ -424,13 +436,18 @@ def parse_gpu(docs: list[Document], options: ImportOptions, clock: Clock) -> Par
         where = f"line {line}: "
         o = r.obj(obj, where + "(sample)")
         data = r.get_obj(o, "telemetry_data", where)
-        ts = v.ns_timestamp(r, r.require(o, "timestamp_ns", where), where + "timestamp_ns") / 1e9
-        index = v.integer(r, r.require(o, "gpu_index", where), where + "gpu_index", GPU_INDEX)
+        ts = (
+            validate.ns_timestamp(r, r.require(o, "timestamp_ns", where), where + "timestamp_ns")
+            / 1e9
+        )
+        index = validate.integer(
+            r, r.require(o, "gpu_index", where), where + "gpu_index", GPU_INDEX
+        )
 
         def num(
             key: str,
             factor: float = 1.0,
-            bound: v.Bound = v.MEASURE,
+            bound: validate.Bound = validate.MEASURE,
             data: dict[str, Any] = data,
             where: str = where,
         ) -> float | None:
@@ -438,7 +455,7 @@ def parse_gpu(docs: list[Document], options: ImportOptions, clock: Clock) -> Par
             value = data.get(key)
             if isinstance(value, int | float) and abs(value) >= 9.2e18:
                 return None
-            num = v.aggregate(r, value, where + "telemetry_data." + key, bound)
+            num = validate.aggregate(r, value, where + "telemetry_data." + key, bound)
             return None if num is None else num * factor
 
         rows.append(
@@ -453,7 +470,7 @@ def parse_gpu(docs: list[Document], options: ImportOptions, clock: Clock) -> Par
                 "util_gpu": num("gpu_utilization", 0.01),
                 "util_mem": num("memory_copy_utilization", 0.01),
                 "power_w": num("gpu_power_usage"),
-                "temp_c": num("gpu_temperature", bound=v.FINITE),
+                "temp_c": num("gpu_temperature", bound=validate.FINITE),
                 "sm_clock_mhz": num("sm_clock_frequency"),
                 "source": "dcgm",
             }
@@ -475,7 +492,10 @@ def parse_server(docs: list[Document], options: ImportOptions, clock: Clock) -> 
         where = f"line {line}: "
         o = r.obj(obj, where + "(snapshot)")
         target = str(r.require(o, "endpoint_url", where))
-        ts = v.ns_timestamp(r, r.require(o, "timestamp_ns", where), where + "timestamp_ns") / 1e9
+        ts = (
+            validate.ns_timestamp(r, r.require(o, "timestamp_ns", where), where + "timestamp_ns")
+            / 1e9
+        )
         metrics = r.get_obj(o, "metrics", where)
         expo = Exposition()
         for name, series in metrics.items():

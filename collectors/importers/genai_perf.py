@@ -16,7 +16,7 @@ import itertools
 import json
 from typing import Any
 
-from . import validate as v
+from . import validate
 from .base import Clock
 from .model import Document, ImportOptions, ParsedFile, ParsedRun
 from .nvidia_common import (
@@ -148,10 +148,11 @@ def _experiment(r: Reader, exp: dict[str, Any], where: str, run_id: str) -> tupl
     for i, item in enumerate(reqs):
         w = f"{where}requests[{i}]."
         it = r.obj(item, w.rstrip("."))
-        ts = v.ns_timestamp(r, r.require(it, "timestamp", w), w + "timestamp")
+        ts = validate.ns_timestamp(r, r.require(it, "timestamp", w), w + "timestamp")
         stamp_list = r.array(r.require(it, "response_timestamps", w), w + "response_timestamps")
         stamps = [
-            v.ns_timestamp(r, x, f"{w}response_timestamps[{k}]") for k, x in enumerate(stamp_list)
+            validate.ns_timestamp(r, x, f"{w}response_timestamps[{k}]")
+            for k, x in enumerate(stamp_list)
         ]
         for k in range(len(stamps)):
             # each response after the request and after the one before it
@@ -189,7 +190,12 @@ def _experiment(r: Reader, exp: dict[str, Any], where: str, run_id: str) -> tupl
         rows["chunks"].append(len(content_ts) if ok else None)
         completion = usage.get("completion_tokens") if usage else None
         if isinstance(completion, int):
-            v.check(r.path, f"{w}response_outputs (usage.completion_tokens)", completion, v.TOKENS)
+            validate.check(
+                r.path,
+                f"{w}response_outputs (usage.completion_tokens)",
+                completion,
+                validate.TOKENS,
+            )
         estimated = ok and not isinstance(completion, int)
         any_estimated = any_estimated or estimated
         rows["out"].append(
@@ -198,7 +204,9 @@ def _experiment(r: Reader, exp: dict[str, Any], where: str, run_id: str) -> tupl
         rows["est"].append(estimated)
         prompt = usage.get("prompt_tokens") if usage else None
         if isinstance(prompt, int):
-            v.check(r.path, f"{w}response_outputs (usage.prompt_tokens)", prompt, v.TOKENS)
+            validate.check(
+                r.path, f"{w}response_outputs (usage.prompt_tokens)", prompt, validate.TOKENS
+            )
         rows["inp"].append(prompt if isinstance(prompt, int) else None)
     n = len(rows["status"])
     if n == 0:
@@ -235,7 +243,7 @@ def parse_raw(docs: list[Document], options: ImportOptions, clock: Clock) -> Par
         exp = r.obj(e, f"experiments[{index}]")
         mode = r.opt_obj(exp, "experiment", where)
         kind = mode.get("mode")
-        value = v.number(r, mode.get("value"), where + "experiment.value", v.MEASURE)
+        value = validate.number(r, mode.get("value"), where + "experiment.value", validate.MEASURE)
         load: dict[str, Any] = {}
         if kind == "concurrency" and value:
             load = {"arrival": "concurrency", "concurrency": int(value)}

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from . import validate as v
+from . import validate
 from .base import Clock
 from .model import Document, ImportOptions, ParsedFile, ParsedRun
 from .parsing import Reader
@@ -92,10 +92,10 @@ def _dist(r: Reader, d: Any, key: str, factor: float) -> dict[str, float]:
     }
     out: dict[str, float] = {}
     for stat, value in stats.items():
-        num = v.aggregate(r, value, f"{key}.{stat}", v.LATENCY)
+        num = validate.aggregate(r, value, f"{key}.{stat}", validate.LATENCY)
         if num is not None:
             out[stat] = num * factor
-    count = v.aggregate(r, d.get("count"), f"{key}.count", v.COUNT)
+    count = validate.aggregate(r, d.get("count"), f"{key}.count", validate.COUNT)
     if count is not None:
         out["count"] = count
     return out
@@ -116,8 +116,11 @@ def _tool(r: Reader, b: dict[str, Any], where: str) -> dict[str, Any]:
         ("total_token_throughput", "tokens_per_second"),
         ("concurrency", "request_concurrency"),
     ):
-        mean = v.aggregate(
-            r, _dig(metrics, theirs, "successful", "mean"), f"{where}metrics.{theirs}", v.MEASURE
+        mean = validate.aggregate(
+            r,
+            _dig(metrics, theirs, "successful", "mean"),
+            f"{where}metrics.{theirs}",
+            validate.MEASURE,
         )
         if mean is not None:
             out[ours] = mean
@@ -132,10 +135,10 @@ def _strategy(r: Reader, b: dict[str, Any], where: str) -> dict[str, Any]:
     out: dict[str, Any] = {"label": str(kind) if kind else None}
     rate = strat.get("rate")
     if isinstance(rate, int | float) and not isinstance(rate, bool):
-        rate = v.number(r, rate, where + "strategy.rate", v.RATE)
+        rate = validate.number(r, rate, where + "strategy.rate", validate.RATE)
     streams = _first(strat.get("streams"), strat.get("max_concurrency"))
     if isinstance(streams, int | float) and not isinstance(streams, bool):
-        streams = v.integer(r, streams, where + "strategy.streams", v.COUNT)
+        streams = validate.integer(r, streams, where + "strategy.streams", validate.COUNT)
     if kind == "synchronous":
         out.update(arrival="concurrency", concurrency=1)
     elif kind in ("concurrent", "throughput"):
@@ -151,7 +154,7 @@ def _strategy(r: Reader, b: dict[str, Any], where: str) -> dict[str, Any]:
 
 def _stamp(r: Reader, value: Any, key: str) -> float | None:
     """An epoch-seconds timestamp of a request (finite; null = not given)."""
-    return v.number(r, value, key, v.TIMESTAMP)
+    return validate.number(r, value, key, validate.TIMESTAMP)
 
 
 def _parse_requests(
@@ -196,41 +199,48 @@ def _parse_requests(
                 w + "request_end_time",
             )
             if sent is not None and first is not None:
-                ttft: float | None = v.check(
+                ttft: float | None = validate.check(
                     r.path,
                     w.rstrip("."),
                     (first - sent) * 1000.0,
-                    v.LATENCY,
+                    validate.LATENCY,
                     how="TTFT (first_token_time − request_start_time, ms)",
                 )
             else:
-                ttft = v.number(
-                    r, it.get("time_to_first_token_ms"), w + "time_to_first_token_ms", v.LATENCY
+                ttft = validate.number(
+                    r,
+                    it.get("time_to_first_token_ms"),
+                    w + "time_to_first_token_ms",
+                    validate.LATENCY,
                 )
                 ttft = ttft if ttft else None
             e2e: float | None = None
             if status == "ok":
                 if sent is not None and end is not None:
-                    e2e = v.check(
+                    e2e = validate.check(
                         r.path,
                         w.rstrip("."),
                         (end - sent) * 1000.0,
-                        v.LATENCY,
+                        validate.LATENCY,
                         how="E2E (request_end_time − request_start_time, ms)",
                     )
                 else:
-                    lat = v.number(r, it.get("request_latency"), w + "request_latency", v.LATENCY)
+                    lat = validate.number(
+                        r, it.get("request_latency"), w + "request_latency", validate.LATENCY
+                    )
                     e2e = None if lat is None else lat * 1000.0
-            out_tokens = v.number(r, it.get("output_tokens"), w + "output_tokens", v.TOKENS)
+            out_tokens = validate.number(
+                r, it.get("output_tokens"), w + "output_tokens", validate.TOKENS
+            )
             rows["ttft"].append(ttft)
             rows["e2e"].append(e2e)
             rows["out"].append(out_tokens if status == "ok" else None)
             rows["inp"].append(
-                v.number(
+                validate.number(
                     r,
                     _first(it.get("prompt_tokens"), it.get("input_tokens")),
                     w + "prompt_tokens",
-                    v.TOKENS,
+                    validate.TOKENS,
                 )
             )
             rows["status"].append(status)
@@ -241,7 +251,9 @@ def _parse_requests(
                 r.text(_dig(it, "info", "conversation_id"), w + "info.conversation_id")
             )
             rows["turn"].append(
-                v.integer(r, _dig(it, "info", "turn_index"), w + "info.turn_index", v.INDEX)
+                validate.integer(
+                    r, _dig(it, "info", "turn_index"), w + "info.turn_index", validate.INDEX
+                )
             )
     n = len(rows["status"])
     counted: dict[str, int] = {}
@@ -250,7 +262,7 @@ def _parse_requests(
         for key, _ in STATUSES:
             value = totals.get(key)
             if isinstance(value, int | float) and not isinstance(value, bool):
-                count = v.aggregate(r, value, f"{where}request_totals.{key}", v.COUNT)
+                count = validate.aggregate(r, value, f"{where}request_totals.{key}", validate.COUNT)
                 if count is not None:
                     counted[key] = int(count)
     if n == 0:
@@ -287,7 +299,7 @@ def parse(docs: list[Document], options: ImportOptions, clock: Clock) -> ParsedF
         where = f"benchmarks[{index}]."
         b = r.obj(bench, f"benchmarks[{index}]")
         strat = _strategy(r, b, where)
-        start = v.number(
+        start = validate.number(
             r,
             _first(
                 b.get("start_time"),
@@ -295,9 +307,9 @@ def parse(docs: list[Document], options: ImportOptions, clock: Clock) -> ParsedF
                 _dig(b, "scheduler_metrics", "measure_start_time"),
             ),
             where + "start_time",
-            v.TIMESTAMP,
+            validate.TIMESTAMP,
         )
-        end = v.number(
+        end = validate.number(
             r,
             _first(
                 b.get("end_time"),
@@ -305,7 +317,7 @@ def parse(docs: list[Document], options: ImportOptions, clock: Clock) -> ParsedF
                 _dig(b, "scheduler_metrics", "measure_end_time"),
             ),
             where + "end_time",
-            v.TIMESTAMP,
+            validate.TIMESTAMP,
         )
         model = _first(
             _dig(b, "worker", "backend_model"), _dig(b, "config", "backend", "model"), model_top
@@ -328,7 +340,7 @@ def parse(docs: list[Document], options: ImportOptions, clock: Clock) -> ParsedF
             target_rate=strat.get("target_rate"),
             started_at=start,
             ended_at=end,
-            duration_s=v.number(r, b.get("duration"), where + "duration", v.DURATION),
+            duration_s=validate.number(r, b.get("duration"), where + "duration", validate.DURATION),
             client_params={
                 "guidellm_schema": gen,
                 "guidellm_version": version,

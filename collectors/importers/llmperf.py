@@ -15,7 +15,7 @@ import re
 from pathlib import PurePath
 from typing import Any
 
-from . import validate as v
+from . import validate
 from .base import Clock
 from .model import Document, ImportOptions, ParsedFile, ParsedRun
 from .parsing import Reader, scalars
@@ -71,25 +71,27 @@ def _summary_metrics(r: Reader, s: dict[str, Any]) -> dict[str, Any]:
             ("max", "max"),
             ("std", "stddev"),
         ):
-            num = v.aggregate(r, s.get(f"results_{m}_{key}"), f"results_{m}_{key}", v.LATENCY)
+            num = validate.aggregate(
+                r, s.get(f"results_{m}_{key}"), f"results_{m}_{key}", validate.LATENCY
+            )
             if num is not None:
                 stats[stat] = num * 1000.0
         if stats:
             out[ours] = summary_entry(**stats)
     for ours, key, bound in (
-        ("output_throughput", "results_mean_output_throughput_token_per_s", v.MEASURE),
-        ("completed", "results_num_completed_requests", v.COUNT),
-        ("failed", "results_number_errors", v.COUNT),
-        ("error_rate", "results_error_rate", v.MEASURE),
+        ("output_throughput", "results_mean_output_throughput_token_per_s", validate.MEASURE),
+        ("completed", "results_num_completed_requests", validate.COUNT),
+        ("failed", "results_number_errors", validate.COUNT),
+        ("error_rate", "results_error_rate", validate.MEASURE),
     ):
-        num = v.aggregate(r, s.get(key), key, bound)
+        num = validate.aggregate(r, s.get(key), key, bound)
         if num is not None:
             out[ours] = num
-    per_min = v.aggregate(
+    per_min = validate.aggregate(
         r,
         s.get("results_num_completed_requests_per_min"),
         "results_num_completed_requests_per_min",
-        v.MEASURE,
+        validate.MEASURE,
     )
     if per_min is not None:
         out["request_throughput"] = per_min / 60.0
@@ -113,7 +115,7 @@ def _error_codes(r: Reader, value: Any) -> dict[str, int]:
         raise r.fail("results_error_code_frequency", f"expected a dict but found {parsed!r:.40}")
     out: dict[str, int] = {}
     for code, count in parsed.items():
-        n = v.integer(r, count, f"results_error_code_frequency[{code!r}]", v.COUNT)
+        n = validate.integer(r, count, f"results_error_code_frequency[{code!r}]", validate.COUNT)
         if n is None:
             continue
         whole = isinstance(code, float) and math.isfinite(code) and code.is_integer()
@@ -122,20 +124,22 @@ def _error_codes(r: Reader, value: Any) -> dict[str, int]:
 
 
 def _run_fields(r: Reader, s: dict[str, Any]) -> dict[str, Any]:
-    ended = v.number(r, s.get("timestamp"), "timestamp", v.TIMESTAMP)
-    completed = v.aggregate(
-        r, s.get("results_num_completed_requests"), "results_num_completed_requests", v.COUNT
+    ended = validate.number(r, s.get("timestamp"), "timestamp", validate.TIMESTAMP)
+    completed = validate.aggregate(
+        r, s.get("results_num_completed_requests"), "results_num_completed_requests", validate.COUNT
     )
-    per_min = v.aggregate(
+    per_min = validate.aggregate(
         r,
         s.get("results_num_completed_requests_per_min"),
         "results_num_completed_requests_per_min",
-        v.MEASURE,
+        validate.MEASURE,
     )
     duration = completed / (per_min / 60.0) if completed and per_min else None
     if duration is not None and not math.isfinite(duration):
         duration = None  # a rate so small that the quotient overflows: not a duration
-    conc = v.integer(r, s.get("num_concurrent_requests"), "num_concurrent_requests", v.COUNT)
+    conc = validate.integer(
+        r, s.get("num_concurrent_requests"), "num_concurrent_requests", validate.COUNT
+    )
     return {
         "model": r.text(s.get("model"), "model"),
         "framework": r.text(s.get("framework"), "framework"),
@@ -193,30 +197,32 @@ def parse(docs: list[Document], options: ImportOptions, clock: Clock) -> ParsedF
     for i, item in enumerate(items):
         where = f"[{i}]."
         it = r.obj(item, f"[{i}]")
-        code = v.number(r, it.get("error_code"), where + "error_code", v.CODE)
+        code = validate.number(r, it.get("error_code"), where + "error_code", validate.CODE)
         msg = r.text(it.get("error_msg"), where + "error_msg")
         failed = code is not None or bool(msg)
         status.append("error" if failed else "ok")
         errors.append((msg or f"error code {code:g}") if failed else None)
         http.append(code)
-        t = v.number(r, r.require(it, "ttft_s", where), where + "ttft_s", v.LATENCY)
-        e = v.number(
+        t = validate.number(r, r.require(it, "ttft_s", where), where + "ttft_s", validate.LATENCY)
+        e = validate.number(
             r,
             r.require(it, "end_to_end_latency_s", where),
             where + "end_to_end_latency_s",
-            v.LATENCY,
+            validate.LATENCY,
         )
         ttft.append(None if failed or t is None else t * 1000.0)
         e2e.append(None if failed or e is None else e * 1000.0)
         out_tok.append(
             None
             if failed
-            else v.number(
-                r, it.get("number_output_tokens"), where + "number_output_tokens", v.TOKENS
+            else validate.number(
+                r, it.get("number_output_tokens"), where + "number_output_tokens", validate.TOKENS
             )
         )
         in_tok.append(
-            v.number(r, it.get("number_input_tokens"), where + "number_input_tokens", v.TOKENS)
+            validate.number(
+                r, it.get("number_input_tokens"), where + "number_input_tokens", validate.TOKENS
+            )
         )
     notes.insert(
         0, "token counts use llmperf's llama tokenizer, not the model's; no token gaps in the file"

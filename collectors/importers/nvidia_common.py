@@ -9,7 +9,7 @@ import re
 import time
 from typing import Any, TypeGuard
 
-from . import validate as v
+from . import validate
 from .base import Clock
 from .model import Document, ImportOptions, ParsedFile, ParsedRun
 from .parsing import Reader
@@ -69,15 +69,15 @@ def normalise_metrics(r: Reader, metrics: dict[str, dict[str, Any]], tool: str) 
         factor = to_ms(r, m.get("unit"), theirs)
         stats = {}
         for stat in ("avg", "p50", "p90", "p95", "p99", "min", "max", "std"):
-            num = v.aggregate(r, m.get(stat), f"{theirs}.{stat}", v.LATENCY)
+            num = validate.aggregate(r, m.get(stat), f"{theirs}.{stat}", validate.LATENCY)
             if num is not None:
                 stats["mean" if stat == "avg" else stat] = num * factor
         out[ours] = summary_entry(**stats)
     for ours, theirs in RATE_METRICS.items():
         m = metrics.get(theirs)
         if m is not None:
-            bound = v.COUNT if ours == "completed" else v.MEASURE
-            num = v.aggregate(r, m.get("avg"), f"{theirs}.avg", bound)
+            bound = validate.COUNT if ours == "completed" else validate.MEASURE
+            num = validate.aggregate(r, m.get("avg"), f"{theirs}.avg", bound)
             if num is not None:
                 out[ours] = num
     return out
@@ -198,7 +198,7 @@ def config_fields(cfg: Any) -> dict[str, Any]:
     if isinstance(endpoint, str) and "@" not in endpoint:
         out["endpoint"] = endpoint
     # a configuration, not a measurement: a value out of range is left out (never stored)
-    if _positive(conc) and conc <= v.INT32_MAX:
+    if _positive(conc) and conc <= validate.INT32_MAX:
         out.update(concurrency=int(conc), arrival="concurrency")
     elif _positive(rate):
         out.update(target_rate=float(rate), arrival="poisson")

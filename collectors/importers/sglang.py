@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from . import validate as v
+from . import validate
 from .base import Clock
 from .model import Document, ImportOptions, ParsedFile, ParsedRun
 from .parsing import Reader, scalars
@@ -51,23 +51,23 @@ def _tool_metrics(r: Reader, o: dict[str, Any], where: str) -> dict[str, Any]:
         for key, value in o.items():
             suffix = f"_{m}_ms"
             if key.endswith(suffix) and not isinstance(value, dict | list):
-                num = v.aggregate(r, value, where + key, v.LATENCY)
+                num = validate.aggregate(r, value, where + key, validate.LATENCY)
                 stat = key[: -len(suffix)]
                 if num is not None:
                     entry["p50" if stat == "median" else stat] = num
         if entry:
             out[ours] = summary_entry(**entry)
     for ours, key, bound in (
-        ("request_throughput", "request_throughput", v.MEASURE),
-        ("output_throughput", "output_throughput", v.MEASURE),
-        ("input_throughput", "input_throughput", v.MEASURE),
-        ("duration_s", "duration", v.DURATION),
-        ("completed", "completed", v.COUNT),
-        ("total_input_tokens", "total_input_tokens", v.COUNT),
-        ("total_output_tokens", "total_output_tokens", v.COUNT),
-        ("concurrency", "concurrency", v.MEASURE),
+        ("request_throughput", "request_throughput", validate.MEASURE),
+        ("output_throughput", "output_throughput", validate.MEASURE),
+        ("input_throughput", "input_throughput", validate.MEASURE),
+        ("duration_s", "duration", validate.DURATION),
+        ("completed", "completed", validate.COUNT),
+        ("total_input_tokens", "total_input_tokens", validate.COUNT),
+        ("total_output_tokens", "total_output_tokens", validate.COUNT),
+        ("concurrency", "concurrency", validate.MEASURE),
     ):
-        num = v.aggregate(r, o.get(key), where + key, bound)
+        num = validate.aggregate(r, o.get(key), where + key, bound)
         if num is not None:
             out[ours] = num
     return out
@@ -82,11 +82,13 @@ def _parse_run(
     o = r.obj(obj, f"{where}(run)")
     for key in ("backend", "completed"):
         r.require(o, key, where)
-    completed = v.integer(r, o["completed"], where + "completed", v.COUNT)
-    rate = v.number(r, o.get("request_rate"), where + "request_rate", v.RATE)
+    completed = validate.integer(r, o["completed"], where + "completed", validate.COUNT)
+    rate = validate.number(r, o.get("request_rate"), where + "request_rate", validate.RATE)
     finite_rate = rate if rate is not None and rate != float("inf") else None
-    max_conc = v.integer(r, o.get("max_concurrency"), where + "max_concurrency", v.COUNT)
-    duration = v.number(r, o.get("duration"), where + "duration", v.DURATION)
+    max_conc = validate.integer(
+        r, o.get("max_concurrency"), where + "max_concurrency", validate.COUNT
+    )
+    duration = validate.number(r, o.get("duration"), where + "duration", validate.DURATION)
     backend = r.text(o.get("backend"), where + "backend")
     detailed = "ttfts" in o
     if finite_rate is not None:
@@ -143,15 +145,15 @@ def _parse_run(
 
     path = src.path
 
-    def column(key: str, bound: v.Bound, length: int | None) -> np.ndarray:
+    def column(key: str, bound: validate.Bound, length: int | None) -> np.ndarray:
         values = r.float_array(r.require(o, key, where), where + key, length)
-        return v.check_array(path, where + key, values, bound)
+        return validate.check_array(path, where + key, values, bound)
 
-    ttfts = column("ttfts", v.LATENCY, None)
+    ttfts = column("ttfts", validate.LATENCY, None)
     n = len(ttfts)
-    gap_values, gap_counts = v.gap_lists(r, r.require(o, "itls", where), where + "itls", n)
-    out_lens = column("output_lens", v.TOKENS, n)
-    in_lens = column("input_lens", v.TOKENS, n) if "input_lens" in o else None
+    gap_values, gap_counts = validate.gap_lists(r, r.require(o, "itls", where), where + "itls", n)
+    out_lens = column("output_lens", validate.TOKENS, n)
+    in_lens = column("input_lens", validate.TOKENS, n) if "input_lens" in o else None
     errors_raw = r.array(o["errors"], where + "errors", n) if "errors" in o else None
     if errors_raw is not None:
         errors = [None if e in (None, "") else str(e) for e in errors_raw]

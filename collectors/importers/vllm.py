@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from . import validate as v
+from . import validate
 from .base import Clock
 from .model import Document, ImportOptions, ParsedFile, ParsedRun
 from .parsing import Reader, scalars
@@ -89,7 +89,7 @@ def _tool_metrics(r: Reader, obj: dict[str, Any], where: str) -> dict[str, Any]:
             if not (key.endswith(f"_{m}_ms") and isinstance(value, int | float | str)):
                 continue
             stat = key[: -len(f"_{m}_ms")]
-            num = v.aggregate(r, value, where + key, v.LATENCY)
+            num = validate.aggregate(r, value, where + key, validate.LATENCY)
             if num is None:
                 continue
             entry["p50" if stat == "median" else stat] = num
@@ -97,22 +97,32 @@ def _tool_metrics(r: Reader, obj: dict[str, Any], where: str) -> dict[str, Any]:
             out[ours] = summary_entry(**entry)
     goodput = obj.get("request_goodput", obj.get("request_goodput:"))
     for ours, key, val, bound in (
-        ("request_throughput", "request_throughput", obj.get("request_throughput"), v.MEASURE),
-        ("output_throughput", "output_throughput", obj.get("output_throughput"), v.MEASURE),
+        (
+            "request_throughput",
+            "request_throughput",
+            obj.get("request_throughput"),
+            validate.MEASURE,
+        ),
+        ("output_throughput", "output_throughput", obj.get("output_throughput"), validate.MEASURE),
         (
             "total_token_throughput",
             "total_token_throughput",
             obj.get("total_token_throughput"),
-            v.MEASURE,
+            validate.MEASURE,
         ),
-        ("request_goodput", "request_goodput", goodput, v.MEASURE),
-        ("duration_s", "duration", obj.get("duration"), v.DURATION),
-        ("completed", "completed", obj.get("completed"), v.COUNT),
-        ("failed", "failed", obj.get("failed"), v.COUNT),
-        ("total_input_tokens", "total_input_tokens", obj.get("total_input_tokens"), v.COUNT),
-        ("total_output_tokens", "total_output_tokens", obj.get("total_output_tokens"), v.COUNT),
+        ("request_goodput", "request_goodput", goodput, validate.MEASURE),
+        ("duration_s", "duration", obj.get("duration"), validate.DURATION),
+        ("completed", "completed", obj.get("completed"), validate.COUNT),
+        ("failed", "failed", obj.get("failed"), validate.COUNT),
+        ("total_input_tokens", "total_input_tokens", obj.get("total_input_tokens"), validate.COUNT),
+        (
+            "total_output_tokens",
+            "total_output_tokens",
+            obj.get("total_output_tokens"),
+            validate.COUNT,
+        ),
     ):
-        num = v.aggregate(r, val, where + key, bound)
+        num = validate.aggregate(r, val, where + key, bound)
         if num is not None:
             out[ours] = num
     return out
@@ -125,12 +135,16 @@ def _parse_run(
     r = Reader(src.path)
     where = f"line {line}: " if doc.kind == "jsonl" else ""
     o = r.obj(obj, f"{where}(run)")
-    num_prompts = v.integer(r, r.require(o, "num_prompts", where), where + "num_prompts", v.COUNT)
-    rate = v.number(r, o.get("request_rate"), where + "request_rate", v.RATE)
+    num_prompts = validate.integer(
+        r, r.require(o, "num_prompts", where), where + "num_prompts", validate.COUNT
+    )
+    rate = validate.number(r, o.get("request_rate"), where + "request_rate", validate.RATE)
     finite_rate = rate if rate is not None and math.isfinite(rate) else None
-    burstiness = v.number(r, o.get("burstiness"), where + "burstiness", v.POSITIVE)
-    max_conc = v.integer(r, o.get("max_concurrency"), where + "max_concurrency", v.COUNT)
-    duration = v.number(r, o.get("duration"), where + "duration", v.DURATION)
+    burstiness = validate.number(r, o.get("burstiness"), where + "burstiness", validate.POSITIVE)
+    max_conc = validate.integer(
+        r, o.get("max_concurrency"), where + "max_concurrency", validate.COUNT
+    )
+    duration = validate.number(r, o.get("duration"), where + "duration", validate.DURATION)
     backend = r.text(o.get("backend", o.get("endpoint_type")), where + "backend")
     ended = _date_epoch(o.get("date"))
     started = ended - duration if ended is not None and duration is not None else None
@@ -196,26 +210,26 @@ def _parse_run(
         return ParsedRun(run=run, warnings=["aggregates only (no per-request data)"])
 
     path = src.path
-    ttfts = v.check_array(
-        path, where + "ttfts", r.float_array(o["ttfts"], where + "ttfts"), v.LATENCY
+    ttfts = validate.check_array(
+        path, where + "ttfts", r.float_array(o["ttfts"], where + "ttfts"), validate.LATENCY
     )
     n = len(ttfts)
     if num_prompts is not None and n != num_prompts:
         notes.append(f"{n} per-request entries for num_prompts={num_prompts}")
-    gap_values, gap_counts = v.gap_lists(r, r.require(o, "itls", where), where + "itls", n)
+    gap_values, gap_counts = validate.gap_lists(r, r.require(o, "itls", where), where + "itls", n)
 
-    def column(key: str, bound: v.Bound) -> np.ndarray | None:
+    def column(key: str, bound: validate.Bound) -> np.ndarray | None:
         if key not in o:
             return None
-        return v.check_array(path, where + key, r.float_array(o[key], where + key, n), bound)
+        return validate.check_array(path, where + key, r.float_array(o[key], where + key, n), bound)
 
     r.require(o, "output_lens", where)
-    out_lens = column("output_lens", v.TOKENS)
+    out_lens = column("output_lens", validate.TOKENS)
     assert out_lens is not None
-    in_lens = column("input_lens", v.TOKENS)
+    in_lens = column("input_lens", validate.TOKENS)
     errors_raw = r.array(o["errors"], where + "errors", n) if "errors" in o else None
-    latencies = column("latencies", v.LATENCY)
-    starts = column("start_times", v.TIMESTAMP)
+    latencies = column("latencies", validate.LATENCY)
+    starts = column("start_times", validate.TIMESTAMP)
 
     # one pass per column, no Python loop per request beyond reading the error texts
     if errors_raw is not None:

@@ -13,8 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from collectors.importers import ImportOptions, ParsedFile, Source, parse_sources
-from collectors.importers import validate as v
+from collectors.importers import ImportOptions, ParsedFile, Source, parse_sources, validate
 from collectors.importers.parsing import Reader
 from errors import ImportFormatError
 
@@ -493,7 +492,7 @@ def test_records_csv_template_imports_cleanly() -> None:
 # --- the shared bounds -------------------------------------------------------------------------
 
 
-def _breaks(value: float, bound: v.Bound) -> bool:
+def _breaks(value: float, bound: validate.Bound) -> bool:
     """A plain restatement of a bound, value by value."""
     if math.isnan(value):
         return bound.nan == "bad"
@@ -506,7 +505,16 @@ def _breaks(value: float, bound: v.Bound) -> bool:
     return bound.integer and not value.is_integer()
 
 
-BOUNDS = [v.LATENCY, v.GAP, v.TOKENS, v.DURATION, v.TIMESTAMP, v.RATE, v.CODE, v.MEASURE]
+BOUNDS = [
+    validate.LATENCY,
+    validate.GAP,
+    validate.TOKENS,
+    validate.DURATION,
+    validate.TIMESTAMP,
+    validate.RATE,
+    validate.CODE,
+    validate.MEASURE,
+]
 
 
 @given(
@@ -516,12 +524,12 @@ BOUNDS = [v.LATENCY, v.GAP, v.TOKENS, v.DURATION, v.TIMESTAMP, v.RATE, v.CODE, v
     ),
 )
 def test_check_array_refuses_exactly_the_values_out_of_bounds_naming_the_first(
-    bound: v.Bound, values: list[float]
+    bound: validate.Bound, values: list[float]
 ) -> None:
     arr = np.array(values, dtype="float64")
     bad = [i for i, x in enumerate(values) if _breaks(x, bound)]
     try:
-        v.check_array("f.json", "k", arr, bound)
+        validate.check_array("f.json", "k", arr, bound)
     except ImportFormatError as exc:
         assert bad and exc.key == f"k[{bad[0]}]" and bound.what in exc.reason
     else:
@@ -536,10 +544,12 @@ def test_check_array_refuses_exactly_the_values_out_of_bounds_naming_the_first(
 def test_gap_lists_name_request_and_position_of_a_bad_gap(
     lists: list[list[object]], data: st.DataObject, bad: object
 ) -> None:
-    assert v.gap_lists(Reader("f.json"), lists, "itls", len(lists))[0].size == sum(map(len, lists))
+    assert validate.gap_lists(Reader("f.json"), lists, "itls", len(lists))[0].size == sum(
+        map(len, lists)
+    )
     i = data.draw(st.integers(0, len(lists) - 1))
     j = data.draw(st.integers(0, len(lists[i])))
     lists[i].insert(j, bad)
     with pytest.raises(ImportFormatError) as info:
-        v.gap_lists(Reader("f.json"), lists, "itls", len(lists))
+        validate.gap_lists(Reader("f.json"), lists, "itls", len(lists))
     assert info.value.key == f"itls[{i}][{j}]"
