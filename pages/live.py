@@ -6,6 +6,7 @@ import streamlit as st
 
 from errors import ServeScopeError
 from ui import live_view
+from ui.cache import live as cache_live
 from ui.errors import show_error
 
 st.title("Live")
@@ -15,15 +16,17 @@ st.caption(
     "intervals is marked stale."
 )
 
+selection = live_view.selection()
 
-@st.fragment(run_every=live_view.refresh_every())
+
+@st.fragment(run_every=selection.refresh_s)
 def _panels() -> None:
     try:
-        data = live_view.load()
+        view = cache_live.live_view(selection)
     except ServeScopeError as exc:
         show_error(exc)
         return
-    live_view.render(data)
+    live_view.render(view)
 
 
 _panels()

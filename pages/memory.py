@@ -5,7 +5,8 @@ from __future__ import annotations
 import streamlit as st
 
 from errors import ServeScopeError
-from ui import memory_view
+from ui import display, memory_view
+from ui.cache import memory as cache_memory
 from ui.errors import show_error
 
 st.title("Memory")
@@ -16,23 +17,24 @@ st.caption(
     "several runs overlaid at their start."
 )
 
-run_id, choices = memory_view.pick_run()
-
 try:
-    sources, span = memory_view.run_window(run_id)
-    if span is None:
-        st.info(
-            "This run recorded no start or end time and no requests, so there is no span to "
-            "draw. Pick another run, or measure one with `servescope bench` (see Home)."
-        )
-        st.stop()
-    memory_view.note_aggregates_only(run_id)
-    since, until = memory_view.window(span)
-    cap = memory_view.cap_control()
-    data = memory_view.load(run_id, sources, since, until)
-    memory_view.render_timeline(data, cap)
-    memory_view.render_trends(data)
-    st.subheader("Runs side by side")
-    memory_view.render_overlay(memory_view.overlay_picker(run_id, choices), choices)
+    view = cache_memory.memory_view(memory_view.selection())
 except ServeScopeError as exc:
     show_error(exc)
+    st.stop()
+if view.run_id is None:
+    memory_view.show_empty()
+    st.stop()
+choices = display.run_choices(view.runs)
+memory_view.run_picker(view, choices)
+if view.span is None:
+    memory_view.show_no_span()
+    st.stop()
+memory_view.note_aggregates_only(view)
+memory_view.window_slider(view)
+memory_view.cap_control(view)
+memory_view.render_timeline(view)
+memory_view.render_trends(view)
+st.subheader("Runs side by side")
+memory_view.overlay_picker(view, choices)
+memory_view.render_overlay(view, choices)

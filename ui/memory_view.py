@@ -1,268 +1,259 @@
-"""Streamlit helpers of the Memory page: selections synced with the URL, loading, rendering.
+"""The Memory page's selection and panels: the selection read from the widgets and the URL, and
+the rendering of ``services.views.memory.MemoryView`` (built and cached by ``ui.cache.memory``).
 
-URL: ``?run=<id>&window=60-300&overlay=<id>,<id>&slo=<profile>&cap=0.9`` (window: seconds from
-the run's start). Engine series (KV usage, running/waiting, preemptions) come from the targets
-the bench recorded with the run (else every target that reported during its span); GPU memory
-from ``gpu_samples`` of its hosts (NVML ``--gpu`` or DCGM ``--dcgm``).
+Widgets (keys, URL parameters): the run picker (``run_select``, ``?run=``), the window slider
+(``memory_window``, ``?window=a-b``, seconds from the run's start), the SLO profile
+(``memory_slo``, ``?slo=``), the memory cap (``memory_cap``, ``?cap=``) and the overlaid runs
+(``memory_overlay``, ``?overlay=a,b``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-import pandas as pd
 import streamlit as st
 
-from analysis import latency as an
-from ui import cache, display, latency_view, memory_charts
-from ui.cache import latency as cache_latency
+from analysis import latency
+from services.views import memory
+from services.views.memory import MemorySelection, MemoryView, TrendFigure
+from ui import display, memory_charts, state
 
-GIB = 2**30
-DEFAULT_CAP = 0.90
+WINDOW_KEY = "memory_window"
+SLO_KEY = "memory_slo"
+CAP_KEY = "memory_cap"
+OVERLAY_KEY = "memory_overlay"
+#: The SLO profile select box's "no profile" entry.
+NO_PROFILE = "(none)"
 
 
-@dataclass(frozen=True)
-class MemoryData:
-    run_id: str
-    since: float
-    until: float
-    engine: pd.DataFrame
-    gpu: pd.DataFrame
-    sources: dict[str, Any]
+def _slo_text(name: Any) -> str:
+    return "" if name == NO_PROFILE else str(name)
+
+
+def _cap_text(cap: Any) -> str:
+    return f"{float(cap):g}"
+
+
+def _overlay_text(run_ids: Any) -> str:
+    return ",".join(str(r) for r in run_ids)
+
+
+def selection() -> MemorySelection:
+    """The page's selection, from its widgets (their last values) or else the URL."""
+    return MemorySelection.from_params(
+        {
+            memory.RUN_PARAM: state.selected_run(),
+            memory.WINDOW_PARAM: state.widget_or_url(
+                WINDOW_KEY, memory.WINDOW_PARAM, memory.window_text
+            ),
+            memory.SLO_PARAM: state.widget_or_url(SLO_KEY, memory.SLO_PARAM, _slo_text),
+            memory.CAP_PARAM: state.widget_or_url(CAP_KEY, memory.CAP_PARAM, _cap_text),
+            memory.OVERLAY_PARAM: state.widget_or_url(
+                OVERLAY_KEY, memory.OVERLAY_PARAM, _overlay_text
+            ),
+        }
+    )
 
 
 def show_empty() -> None:
-    latency_view.show_empty()
-
-
-def pick_run() -> tuple[str, dict[str, str]]:
-    """The run picker (``?run=``): (chosen run, choices); stops the page when there is none."""
-    return latency_view.pick_run(show_empty)
-
-
-def run_window(run_id: str) -> tuple[dict[str, Any], tuple[float, float] | None]:
-    """The run's live sources and its time span (None when it recorded no time at all)."""
-    src = cache_latency.run_sources(run_id)
-    since, until = src.get("since"), src.get("until")
-    if since is None or until is None:
-        return src, None
-    return src, (float(since), max(float(until), float(since) + 1.0))
-
-
-def window(span: tuple[float, float]) -> tuple[float, float]:
-    """The window slider (key memory_window, ``?window=a-b``) → absolute [since, until]."""
-    (lo, hi), _ = latency_view.window_slider(
-        "memory_window", span[0], span[1], label="Window (seconds from the run's start)"
+    """An empty store: the commands that fill it."""
+    st.info("The store holds no runs yet. Fill it with one of these commands:")
+    st.code("\n".join(display.EMPTY_STORE_COMMANDS), language="bash")
+    st.caption(
+        "`servescope demo` measures three simulated engines at concurrency 1, 8 and 32 and "
+        "records their /metrics, so every part of this page has data."
     )
-    return (lo if lo is not None else span[0], hi if hi is not None else span[1])
 
 
-def load(run_id: str, src: dict[str, Any], since: float, until: float) -> MemoryData:
-    targets = tuple(src.get("targets") or ())
-    hosts = tuple(src.get("hosts") or ())
-    engine = cache_latency.engine_timeline(targets, since, until) if targets else pd.DataFrame()
-    gpu = cache_latency.gpu_timeline(hosts, since, until) if hosts else pd.DataFrame()
-    if engine.empty:
-        engine = pd.DataFrame(columns=["target", "metric", "ts", "value", "max_value", "samples"])
-    return MemoryData(run_id, since, until, engine, gpu, src)
+def run_picker(view: MemoryView, choices: dict[str, str]) -> None:
+    """The run picker (``run_select``, ``?run=``) showing the run the view was built for."""
+    if st.session_state.get(state.RUN_WIDGET_KEY) != view.run_id:
+        state.set_run(view.run_id)
+    state.run_picker(choices)
 
 
-def cap_control() -> float:
-    """The memory cap (fraction of GPU memory): the SLO profile's ``max_memory_fraction`` when
-    it has one (select box memory_slo, ``?slo=``), else the number box memory_cap (``?cap=``)."""
-    profiles = cache.slo_profiles()
-    names = ["(none)", *profiles]
-    wanted = latency_view.url_value("slo")
-    if "memory_slo" not in st.session_state:
-        st.session_state["memory_slo"] = wanted if wanted in profiles else "(none)"
+def show_no_span() -> None:
+    st.info(
+        "This run recorded no start or end time and no requests, so there is no span to "
+        "draw. Pick another run, or measure one with `servescope bench` (see Home)."
+    )
+
+
+def note_aggregates_only(view: MemoryView) -> None:
+    """For an aggregate-only import: say that the latency trend cannot be shown, and why."""
+    if view.aggregates_only:
+        st.warning(
+            f"Aggregates only: this {display.md_escape(view.source or 'imported')} run has no "
+            "per-request rows, so the latency trend cannot be computed. Engine and GPU samples "
+            "are shown when they were collected during its span (`servescope watch`).",
+            icon=":material/table_chart:",
+        )
+
+
+def window_slider(view: MemoryView) -> None:
+    """The window slider (``memory_window``, ``?window=a-b``) over the run's span."""
+    state.window_slider(
+        WINDOW_KEY, view.span_s, view.window, label="Window (seconds from the run's start)"
+    )
+
+
+def cap_control(view: MemoryView) -> None:
+    """The SLO profile select box (``memory_slo``, ``?slo=``) and the memory cap: the profile's
+    ``max_memory_fraction`` when it has one, else the number box ``memory_cap`` (``?cap=``)."""
+    state.init_widget(SLO_KEY, view.slo or NO_PROFILE)
     left, right = st.columns(2)
-    name = left.selectbox(
+    left.selectbox(
         "SLO profile (memory cap)",
-        names,
-        key="memory_slo",
-        on_change=latency_view.sync("memory_slo", "slo", lambda v: "" if v == "(none)" else v),
+        [NO_PROFILE, *view.slo_profiles],
+        key=SLO_KEY,
+        on_change=state.sync_to_url(SLO_KEY, memory.SLO_PARAM, _slo_text),
     )
-    profile = profiles.get(str(name)) or {}
-    cap = profile.get("max_memory_fraction")
-    if isinstance(cap, int | float) and 0 < float(cap) <= 1:
-        right.metric("Memory cap", f"{float(cap):.0%}", help=f"from SLO profile {name}")
-        return float(cap)
-    if "memory_cap" not in st.session_state:
-        try:
-            st.session_state["memory_cap"] = float(latency_view.url_value("cap") or DEFAULT_CAP)
-        except ValueError:
-            st.session_state["memory_cap"] = DEFAULT_CAP
-    value = right.number_input(
+    if view.cap_from_profile:
+        right.metric("Memory cap", f"{view.cap:.0%}", help=f"from SLO profile {view.slo}")
+        return
+    state.init_widget(CAP_KEY, view.cap)
+    right.number_input(
         "Memory cap (fraction of GPU memory)",
         min_value=0.05,
         max_value=1.0,
         step=0.05,
-        key="memory_cap",
-        on_change=latency_view.sync("memory_cap", "cap", lambda v: f"{float(v):g}"),
+        key=CAP_KEY,
+        on_change=state.sync_to_url(CAP_KEY, memory.CAP_PARAM, _cap_text),
     )
-    return float(value)
 
 
-def summary_figures(data: MemoryData, cap: float) -> list[tuple[str, str, str]]:
+def summary_figures(view: MemoryView) -> list[tuple[str, str, str]]:
     """(label, value, help) of the headline figures: GPU memory peak/mean and headroom, KV
     peak/mean, preemptions."""
+    figures = view.figures
+    gib = memory_charts.GIB
     out: list[tuple[str, str, str]] = []
-    if not data.gpu.empty:
-        per_ts = data.gpu.groupby("ts")[["mem_used_bytes", "mem_used_max_bytes", "mem_total_bytes"]]
-        sums = per_ts.sum()
-        peak, mean = float(sums["mem_used_max_bytes"].max()), float(sums["mem_used_bytes"].mean())
-        total = float(sums["mem_total_bytes"].max())
-        head = cap * total - peak
+    if figures.gpu_peak_bytes is not None:
+        total = figures.gpu_total_bytes or 0.0
         out += [
-            ("GPU memory peak", f"{peak / GIB:,.1f} GiB", f"of {total / GIB:,.1f} GiB, all GPUs"),
-            ("GPU memory mean", f"{mean / GIB:,.1f} GiB", "mean over the window"),
+            (
+                "GPU memory peak",
+                f"{figures.gpu_peak_bytes / gib:,.1f} GiB",
+                f"of {total / gib:,.1f} GiB, all GPUs",
+            ),
+            (
+                "GPU memory mean",
+                f"{(figures.gpu_mean_bytes or 0.0) / gib:,.1f} GiB",
+                "mean over the window",
+            ),
             (
                 "Headroom to cap",
-                f"{head / GIB:+,.1f} GiB",
-                f"cap {cap:.0%} × total − peak used; negative: the cap is exceeded",
+                f"{(figures.headroom_bytes or 0.0) / gib:+,.1f} GiB",
+                f"cap {view.cap:.0%} × total − peak used; negative: the cap is exceeded",
             ),
         ]
-    kv = data.engine[data.engine["metric"] == "kv_cache_usage"]
-    if not kv.empty:
+    if figures.kv_peak is not None:
         out += [
-            ("KV usage peak", f"{float(kv['max_value'].max()):.0%}", "fullest target"),
-            ("KV usage mean", f"{float(kv['value'].mean()):.0%}", "mean over the window"),
+            ("KV usage peak", f"{figures.kv_peak:.0%}", "fullest target"),
+            ("KV usage mean", f"{figures.kv_mean or 0.0:.0%}", "mean over the window"),
         ]
-    pre = memory_charts.preemption_steps(data.engine) if not data.engine.empty else pd.DataFrame()
-    if not pre.empty or (data.engine["metric"] == "preemptions_total").any():
-        out.append(
-            ("Preemptions", display.fmt_count(pre["value"].sum() if not pre.empty else 0), "")
-        )
+    if figures.preemptions is not None:
+        out.append(("Preemptions", display.fmt_count(figures.preemptions), ""))
     return out
 
 
-def render_timeline(data: MemoryData, cap: float) -> None:
-    figures = summary_figures(data, cap)
+def render_timeline(view: MemoryView) -> None:
+    """The headline figures and memory, KV, queue and preemptions on one time axis."""
+    figures = summary_figures(view)
     if figures:
         for col, (label, value, help_text) in zip(st.columns(len(figures)), figures, strict=True):
             col.metric(label, value, help=help_text or None)
-    if data.engine.empty and data.gpu.empty:
+    if not view.has_samples:
         st.info(
             "No engine or GPU samples for this run's span. `servescope bench` records the "
             "endpoint's /metrics during each run (add `--dcgm URL` for GPU memory); "
             "`servescope watch --metrics URL --gpu` collects them for any time window."
         )
         return
-    if data.gpu.empty:
+    if view.gpu.empty:
         st.caption(
             "No GPU samples: memory is shown through the engine's KV-cache usage. Collect GPU "
             "memory with `servescope bench --dcgm URL` or `servescope watch --gpu`."
         )
     st.plotly_chart(
-        memory_charts.memory_timeline(data.engine, data.gpu, cap_fraction=cap),
+        memory_charts.memory_timeline(view.engine, view.gpu, cap_fraction=view.cap),
         key="memory_timeline_chart",
     )
 
 
-def render_trends(data: MemoryData) -> None:
+def render_trends(view: MemoryView) -> None:
     """Slopes of GPU memory (else KV usage) and of TTFT P50 with 95 % CIs, or "too short to
-    judge" over a window shorter than the trend rule's (analysis.diagnose); leak warnings."""
+    judge" over a window shorter than the trend rule's; leak and fragmentation warnings."""
     st.subheader("Trends")
     cols = st.columns(2)
-    if not data.gpu.empty:
-        per_ts = data.gpu.groupby("ts", as_index=False)["mem_used_bytes"].sum()
-        mt = an.trend(per_ts["ts"].to_numpy(), per_ts["mem_used_bytes"].to_numpy() / 2**20)
-        _trend_metric(cols[0], "GPU memory slope", mt, "MiB/h")
-    else:
-        kv = data.engine[data.engine["metric"] == "kv_cache_usage"]
-        kv_max = kv.groupby("ts")["value"].max()
-        mt = an.trend(kv_max.index.to_numpy(dtype="float64"), kv_max.to_numpy() * 100)
-        _trend_metric(cols[0], "KV usage slope", mt, "pp/h")
-    duration = data.until - data.since
-    tl = cache_latency.latency_timeline(
-        (data.run_id,),
-        data.since,
-        an.heatmap_window_s(duration),
-        (data.since, data.until),
-    )
-    tl = tl[tl["n"] > 0]
-    lt = an.trend(tl["window_start"].to_numpy(), tl["ttft_p50_ms"].to_numpy())
-    _trend_metric(cols[1], "TTFT P50 slope", lt, "ms/h")
-    for w in an.memory_warnings(_gpu_raw(data.gpu), data.engine):
+    for col, figure in zip(cols, (view.memory_trend, view.latency_trend), strict=True):
+        if figure is not None:
+            _trend_metric(col, figure)
+    for warning in view.warnings:
         st.warning(
-            f"**{display.md_escape(w.title)}**  \n"
+            f"**{display.md_escape(warning.title)}**  \n"
             + "  \n".join(
-                f"{display.md_escape(k)}: {display.md_escape(v)}" for k, v in w.evidence.items()
+                f"{display.md_escape(k)}: {display.md_escape(v)}"
+                for k, v in warning.evidence.items()
             ),
             icon=":material/warning:",
         )
 
 
-def _gpu_raw(gpu: pd.DataFrame) -> pd.DataFrame:
-    if gpu.empty:
-        return pd.DataFrame(columns=["ts", "mem_used_bytes", "mem_total_bytes"])
-    return gpu[["ts", "mem_used_bytes", "mem_total_bytes"]]
-
-
-def _trend_metric(col: Any, label: str, t: an.Trend | None, unit: str) -> None:
+def _trend_metric(col: Any, figure: TrendFigure) -> None:
     """The slope per hour, or "too short to judge" with the window it needs under it."""
-    short = an.trend_too_short(t) if t is not None else None
-    if t is None or short is None:
-        col.metric(label, _slope(t, unit), help=_ci(t, unit))
+    fit = figure.trend
+    short = latency.trend_too_short(fit) if fit is not None else None
+    if fit is None or short is None:
+        col.metric(figure.label, _slope(fit, figure.unit), help=_interval(fit, figure.unit))
         return
-    col.metric(label, an.TOO_SHORT, help=f"{short}: a slope per hour is not extrapolated from it.")
-    col.caption(an.trend_window_need(t.span_s))
-
-
-def _slope(t: an.Trend | None, unit: str) -> str:
-    if t is None:
-        return "—"
-    mark = " ↑" if t.rising else (" ↓" if t.significant else "")
-    return f"{t.slope * 3600:+,.1f} {unit}{mark}"
-
-
-def _ci(t: an.Trend | None, unit: str) -> str:
-    if t is None:
-        return "fewer than 3 points: no trend"
-    lo, hi = t.ci_low * 3600, t.ci_high * 3600
-    verdict = "significant" if t.significant else "not significant (the interval spans 0)"
-    return f"95 % CI {lo:+,.2f} … {hi:+,.2f} {unit}, n={t.n}; {verdict}"
-
-
-def overlay_picker(run_id: str, choices: dict[str, str]) -> tuple[str, ...]:
-    """Runs to overlay (key memory_overlay, ``?overlay=a,b``), the current one first."""
-    options = [r for r in choices if r != run_id]
-    if "memory_overlay" not in st.session_state:
-        wanted = (latency_view.url_value("overlay") or "").split(",")
-        st.session_state["memory_overlay"] = [r for r in wanted if r in options]
-    chosen = st.multiselect(
-        "Overlay other runs (aligned at their start)",
-        options,
-        format_func=lambda r: choices.get(r, r),
-        key="memory_overlay",
-        on_change=latency_view.sync("memory_overlay", "overlay", lambda v: ",".join(v)),
+    col.metric(
+        figure.label,
+        latency.TOO_SHORT,
+        help=f"{short}: a slope per hour is not extrapolated from it.",
     )
-    return (run_id, *[str(r) for r in chosen])
+    col.caption(latency.trend_window_need(fit.span_s))
 
 
-def render_overlay(run_ids: tuple[str, ...], choices: dict[str, str]) -> None:
-    if len(run_ids) < 2:
+def _slope(fit: latency.Trend | None, unit: str) -> str:
+    if fit is None:
+        return "—"
+    mark = " ↑" if fit.rising else (" ↓" if fit.significant else "")
+    return f"{fit.slope * 3600:+,.1f} {unit}{mark}"
+
+
+def _interval(fit: latency.Trend | None, unit: str) -> str:
+    if fit is None:
+        return "fewer than 3 points: no trend"
+    low, high = fit.ci_low * 3600, fit.ci_high * 3600
+    verdict = "significant" if fit.significant else "not significant (the interval spans 0)"
+    return f"95 % CI {low:+,.2f} … {high:+,.2f} {unit}, n={fit.n}; {verdict}"
+
+
+def overlay_picker(view: MemoryView, choices: dict[str, str]) -> None:
+    """Runs to overlay (``memory_overlay``, ``?overlay=a,b``), aligned at their start."""
+    state.init_widget(OVERLAY_KEY, list(view.overlay))
+    st.multiselect(
+        "Overlay other runs (aligned at their start)",
+        [r for r in choices if r != view.run_id],
+        format_func=lambda r: choices.get(r, r),
+        key=OVERLAY_KEY,
+        on_change=state.sync_to_url(OVERLAY_KEY, memory.OVERLAY_PARAM, _overlay_text),
+    )
+
+
+def render_overlay(view: MemoryView, choices: dict[str, str]) -> None:
+    """The run and the overlaid ones, aligned at their start; which have no samples."""
+    if view.aligned is None:
         return
-    aligned = cache_latency.aligned_runs(run_ids)
-    if aligned.empty:
+    if view.aligned.empty:
         st.info("None of these runs has engine or GPU samples.")
         return
-    st.plotly_chart(memory_charts.aligned_runs_chart(aligned, choices), key="memory_overlay_chart")
-    missing = [choices.get(r, r) for r in run_ids if r not in set(aligned["run_id"])]
+    st.plotly_chart(
+        memory_charts.aligned_runs_chart(view.aligned, choices), key="memory_overlay_chart"
+    )
+    drawn = set(view.aligned["run_id"])
+    shown = [str(view.run_id), *view.overlay]
+    missing = [choices.get(r, r) for r in shown if r not in drawn]
     if missing:
         st.caption("No samples for: " + display.md_escape(", ".join(missing)))
-
-
-def note_aggregates_only(run_id: str) -> None:
-    """For an aggregate-only import: say that the latency trend cannot be shown, and why."""
-    source, summary = latency_view.crosscheck_view.tool_summary(run_id)
-    span = cache_latency.request_span((run_id,))
-    requests = int(span["requests"].iloc[0]) if not span.empty else 0
-    if latency_view.crosscheck_view.is_aggregates_only({"requests": requests}, summary):
-        st.warning(
-            f"Aggregates only: this {display.md_escape(source or 'imported')} run has no "
-            "per-request rows, so the latency trend cannot be computed. Engine and GPU samples "
-            "are shown when they were collected during its span (`servescope watch`).",
-            icon=":material/table_chart:",
-        )

@@ -7,42 +7,42 @@ import math
 import pandas as pd
 import pytest
 
-from analysis import engine_series as es
+from analysis import engine_series
 
 
 def test_counter_increase_handles_resets() -> None:
     # 10 → 15 (+5), restart → 3 (+3), 3 → 7 (+4)
-    assert es.counter_increase([10, 15, 3, 7]) == 12.0
-    assert es.counter_increase([5]) == 0.0
-    assert es.counter_increase([1, float("nan"), 4]) == 3.0
+    assert engine_series.counter_increase([10, 15, 3, 7]) == 12.0
+    assert engine_series.counter_increase([5]) == 0.0
+    assert engine_series.counter_increase([1, float("nan"), 4]) == 3.0
 
 
 def test_counter_rate_per_pair() -> None:
     df = pd.DataFrame({"ts": [0.0, 1.0, 3.0, 4.0], "value": [100.0, 110.0, 5.0, 25.0]})
-    r = es.counter_rate(df)
+    r = engine_series.counter_rate(df)
     assert r["ts"].tolist() == [1.0, 3.0, 4.0]
     assert r["rate"].tolist() == [10.0, 2.5, 20.0]  # reset: 5 tokens over 2 s
 
 
 def test_rate_over_uses_the_sample_before_the_window_as_baseline() -> None:
     df = pd.DataFrame({"ts": [0.0, 10.0, 20.0, 30.0], "value": [0.0, 100.0, 300.0, 600.0]})
-    assert es.rate_over(df, since=15.0) == pytest.approx((600 - 100) / 20)
-    assert es.rate_over(df.head(1), since=0.0) is None
+    assert engine_series.rate_over(df, since=15.0) == pytest.approx((600 - 100) / 20)
+    assert engine_series.rate_over(df.head(1), since=0.0) is None
 
 
 def test_histogram_quantile_matches_prometheus() -> None:
     buckets = [(0.1, 10.0), (0.5, 30.0), (1.0, 40.0), (math.inf, 40.0)]
     # rank 20 → bucket (0.1, 0.5]: 0.1 + 0.4 × (20 − 10) / 20 = 0.3
-    assert es.histogram_quantile(0.5, buckets) == pytest.approx(0.3)
+    assert engine_series.histogram_quantile(0.5, buckets) == pytest.approx(0.3)
     # rank 36 → (0.5, 1.0]: 0.5 + 0.5 × 6 / 10 = 0.8
-    assert es.histogram_quantile(0.9, buckets) == pytest.approx(0.8)
+    assert engine_series.histogram_quantile(0.9, buckets) == pytest.approx(0.8)
     # rank 5 in the first bucket: 0 + 0.1 × 5 / 10
-    assert es.histogram_quantile(0.125, buckets) == pytest.approx(0.05)
+    assert engine_series.histogram_quantile(0.125, buckets) == pytest.approx(0.05)
     # a rank in +Inf answers the largest finite bound
-    assert es.histogram_quantile(0.99, [(0.1, 1.0), (math.inf, 10.0)]) == 0.1
-    assert es.histogram_quantile(0.5, [(0.1, 0.0), (math.inf, 0.0)]) is None
+    assert engine_series.histogram_quantile(0.99, [(0.1, 1.0), (math.inf, 10.0)]) == 0.1
+    assert engine_series.histogram_quantile(0.5, [(0.1, 0.0), (math.inf, 0.0)]) is None
     with pytest.raises(ValueError):
-        es.histogram_quantile(1.5, buckets)
+        engine_series.histogram_quantile(1.5, buckets)
 
 
 def _hist_rows(scrapes: list[tuple[float, dict[float, float], float]]) -> pd.DataFrame:
@@ -66,7 +66,9 @@ def test_histogram_windows_use_bucket_increases_and_survive_a_reset() -> None:
             (15.0, {0.1: 4.0, 1.0: 4.0, inf: 4.0}, 0.2),  # engine restarted: 4 fast requests
         ]
     )
-    w = es.histogram_windows(rows, "queue_time_seconds", window_s=5.0, start=0.0, end=20.0)
+    w = engine_series.histogram_windows(
+        rows, "queue_time_seconds", window_s=5.0, start=0.0, end=20.0
+    )
     assert w["window_start"].tolist() == [0.0, 5.0, 10.0, 15.0]
     # (0,5]: baseline at 0, 20 requests, sum +4 s → mean 0.2; P50 = rank 10 → 0.1
     assert w["count"].iloc[0] == 20.0
@@ -83,7 +85,7 @@ def test_histogram_windows_use_bucket_increases_and_survive_a_reset() -> None:
     # (15,20]: no scrape after 15 → nothing measurable
     assert w["count"].iloc[3] == 0.0 and math.isnan(w["p50"].iloc[3])
     # the default start is the first scrape
-    d = es.histogram_windows(rows, "queue_time_seconds", window_s=100.0)
+    d = engine_series.histogram_windows(rows, "queue_time_seconds", window_s=100.0)
     assert d["count"].tolist() == [4.0]  # 20 before the reset are lost to it, as in Prometheus
 
 
@@ -95,18 +97,18 @@ def test_histogram_windows_without_buckets_give_the_mean_only() -> None:
             "value": [1.0, 2.0, 7.0, 5.0],
         }
     )
-    w = es.histogram_windows(rows, "e2e_seconds", window_s=10.0, start=0.0, end=10.0)
+    w = engine_series.histogram_windows(rows, "e2e_seconds", window_s=10.0, start=0.0, end=10.0)
     assert w["count"].tolist() == [3.0]
     assert w["mean"].iloc[0] == pytest.approx(2.0)
     assert math.isnan(w["p50"].iloc[0])
 
 
 def test_staleness_is_three_intervals() -> None:
-    assert not es.is_stale(97.5, now=100.0, interval_s=1.0)
-    assert es.is_stale(96.9, now=100.0, interval_s=1.0)
-    assert es.is_stale(None, now=100.0, interval_s=1.0)
-    assert es.estimate_interval([0.0, 0.25, 0.5, 0.75]) == 0.25
-    assert es.estimate_interval([3.0]) == 1.0
+    assert not engine_series.is_stale(97.5, now=100.0, interval_s=1.0)
+    assert engine_series.is_stale(96.9, now=100.0, interval_s=1.0)
+    assert engine_series.is_stale(None, now=100.0, interval_s=1.0)
+    assert engine_series.estimate_interval([0.0, 0.25, 0.5, 0.75]) == 0.25
+    assert engine_series.estimate_interval([3.0]) == 1.0
 
 
 def test_target_summary() -> None:
@@ -121,7 +123,7 @@ def test_target_summary() -> None:
         ]
     rows.append(("b", "sglang", 900.0, "requests_waiting", 3.0))
     df = pd.DataFrame(rows, columns=["target", "engine", "ts", "metric", "value"])
-    s = es.target_summary(df, now=1011.0).set_index("target")
+    s = engine_series.target_summary(df, now=1011.0).set_index("target")
     assert s.loc["a", "requests_running"] == 10.0
     assert s.loc["a", "generation_tps"] == pytest.approx(100.0)
     assert s.loc["a", "preemptions_per_s"] == pytest.approx(0.2)
@@ -129,7 +131,7 @@ def test_target_summary() -> None:
     assert s.loc["b", "stale"]
     assert s.loc["b", "requests_waiting"] == 3.0
     assert math.isnan(s.loc["b", "generation_tps"])
-    assert es.target_summary(df.iloc[0:0], now=0.0).empty
+    assert engine_series.target_summary(df.iloc[0:0], now=0.0).empty
 
 
 def test_histogram_windows_carry_buckets_forward_over_count_only_scrapes() -> None:
@@ -145,6 +147,8 @@ def test_histogram_windows_carry_buckets_forward_over_count_only_scrapes() -> No
         }
     )
     rows = pd.concat([full, count_only], ignore_index=True)
-    w = es.histogram_windows(rows, "queue_time_seconds", window_s=1.0, start=0.0, end=4.0)
+    w = engine_series.histogram_windows(
+        rows, "queue_time_seconds", window_s=1.0, start=0.0, end=4.0
+    )
     assert w["count"].tolist() == [0.0, 4.0, 0.0, 0.0]
     assert w["p50"].iloc[1] == pytest.approx(0.1 * 2 / 4)  # rank 2 of the 4 new ≤ 0.1

@@ -8,7 +8,7 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
-from ui import memory_charts as mc
+from ui import memory_charts
 
 GIB = 2**30
 T = ["1970-01-01 00:00:00", "1970-01-01 00:00:10"]
@@ -50,7 +50,7 @@ def _gpu() -> pd.DataFrame:
 
 
 def test_memory_timeline_shares_one_time_axis() -> None:
-    d = _dict(mc.memory_timeline(_engine(), _gpu(), cap_fraction=0.5))
+    d = _dict(memory_charts.memory_timeline(_engine(), _gpu(), cap_fraction=0.5))
     assert d["data"] == [
         {"type": "scatter", "mode": "lines", "name": "used · h:0", "x": T, "y": [1.0, 2.0],
          "xaxis": "x", "yaxis": "y"},
@@ -70,11 +70,11 @@ def test_memory_timeline_shares_one_time_axis() -> None:
     for axis in ("xaxis", "xaxis2", "xaxis3"):
         assert layout[axis]["matches"] == "x4"  # one shared time axis
     assert layout["yaxis2"]["range"] == [0, 1.05]
-    assert [a["text"] for a in layout["annotations"]] == list(mc.ROWS)
+    assert [a["text"] for a in layout["annotations"]] == list(memory_charts.ROWS)
 
 
 def test_memory_timeline_without_gpu_samples_says_so() -> None:
-    d = _dict(mc.memory_timeline(_engine(), _gpu().iloc[0:0]))
+    d = _dict(memory_charts.memory_timeline(_engine(), _gpu().iloc[0:0]))
     assert "no GPU samples for this span" in [a["text"] for a in d["layout"]["annotations"]]
     assert next(t["name"] for t in d["data"]) == "kv_cache_usage · t"
 
@@ -88,7 +88,7 @@ def test_preemption_steps_count_restarts_from_zero() -> None:
             "value": [5.0, 7.0, 1.0],
         }
     )
-    steps = mc.preemption_steps(engine)
+    steps = memory_charts.preemption_steps(engine)
     assert steps["ts"].tolist() == [1.0, 2.0]
     assert steps["value"].tolist() == [2.0, 1.0]
 
@@ -102,7 +102,7 @@ def test_aligned_runs_overlay_kv_and_memory_by_run() -> None:
             "value": [0.1, 0.2, 0.9, 3.0 * GIB],
         }
     )
-    d = _dict(mc.aligned_runs_chart(aligned, {"a": "run A", "b": "run B"}))
+    d = _dict(memory_charts.aligned_runs_chart(aligned, {"a": "run A", "b": "run B"}))
     got = [(t["name"], t["yaxis"], list(t["x"]), list(t["y"]), t["showlegend"]) for t in d["data"]]
     assert got == [
         ("run A", "y2", [0.0], [3.0], False),  # memory row; the legend entry is on the KV row
