@@ -16,6 +16,7 @@ these once, at the seam where they are caught; everything above the seam sees on
 
 from __future__ import annotations
 
+import signal
 from enum import IntEnum
 
 
@@ -32,6 +33,11 @@ class ExitCode(IntEnum):
     FAILED = 3
     #: the store stayed locked: rows were kept in the spool (``servescope db ingest-spool``)
     SPOOLED = 4
+
+
+#: The signals that stop a command as Ctrl-C does (its exit status is then 128 + the signal's
+#: number). ``servescope ui`` forwards them to Streamlit; ``bench`` handles them itself.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class ServeScopeError(Exception):

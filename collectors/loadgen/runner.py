@@ -54,7 +54,7 @@ from collectors.loadgen.workloads import (
     parse_workload,
 )
 from collectors.watch import LiveCollection, resolve_metrics_url
-from errors import CollectorError, EndpointError, InputError
+from errors import STOP_SIGNALS, CollectorError, EndpointError, InputError
 from store import catalog, ingest
 from store.db import Store
 
@@ -122,10 +122,6 @@ class BenchInterrupted(KeyboardInterrupt):
         self.run_ids = run_ids
         self.signum = signum
         self.outcome = outcome or BenchOutcome()
-
-
-#: The signals that stop a benchmark, all alike (exit code 128 + the signal's number).
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class StopSignals:

@@ -17,7 +17,7 @@ from collectors.loadgen.config import (
     normalise_engine_params,
     parse_list,
 )
-from errors import ExitCode, InputError
+from errors import STOP_SIGNALS, ExitCode, InputError
 
 EPILOG = """\
 examples:
@@ -265,7 +265,7 @@ def run(args: argparse.Namespace) -> int:
     3 a run failed, 4 rows spooled (store locked), 128 + signal number after SIGINT/SIGTERM."""
     import signal
 
-    from collectors.loadgen.runner import STOP_SIGNALS, BenchInterrupted, run_bench
+    from collectors.loadgen.runner import BenchInterrupted, run_bench
     from services.commands import prepare
     from store.db import Store
 

@@ -9,6 +9,7 @@ again adds no duplicate data and finishes an interrupted demo.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import socket
 import subprocess
@@ -16,17 +17,16 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import httpx
 
 from collectors.loadgen.config import BenchConfig
 from collectors.loadgen.runner import run_benchmark
 from errors import EndpointError
-from store import ingest, queries_admin
+from services.commands import PROJECT_ROOT
+from services.commands.ui import run_ui
+from store import ingest, tables
 from store.db import Store
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ def running_sim(engine: DemoEngine, *, startup_timeout_s: float = 60.0) -> Itera
     cmd = [sys.executable, "-m", "cli", "sim", *engine.sim_args(port)]
     url = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen(
-        cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        cmd, cwd=PROJECT_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     )
     try:
         deadline = time.monotonic() + startup_timeout_s
@@ -196,9 +196,33 @@ def fill(db_url: str | None, *, progress: bool = True) -> Store:
         run_demo(store, progress=progress)
     else:
         print(f"demo: already stored in {store.url}; nothing to add", file=sys.stderr)
-    counts = queries_admin.table_counts(store)
+    counts = tables.table_counts(store)
     print(
         f"demo: the store holds {counts['runs']} runs, {counts['requests']:,} requests",
         file=sys.stderr,
     )
     return store
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``demo`` subcommand to cli.py's parser."""
+    p = sub.add_parser(
+        "demo",
+        help="measure simulated engines into the store, then open the dashboard",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--no-ui", action="store_true", help="fill the store, do not open the UI")
+    p.add_argument("--port", type=int, default=8501, help="dashboard port (default 8501)")
+    p.add_argument("--db", help="store URL (default: $SERVESCOPE_DB or the DuckDB file)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of ``servescope demo``: fill the store, then (unless ``--no-ui``) run the
+    dashboard in the foreground as ``servescope ui`` does."""
+    fill(args.db, progress=not args.quiet)
+    if args.no_ui:
+        return 0
+    return run_ui(argparse.Namespace(host="127.0.0.1", port=args.port, db=args.db))
