@@ -8,11 +8,17 @@ import streamlit as st
 
 from errors import ServeScopeError
 from ui import data_view
+from ui.cache import data as data_cache
 from ui.errors import show_error
 
 st.title("Data")
-choices = data_view.filter_choices()
-empty = not choices["source"]
+selection = data_view.selection()
+try:
+    view = data_cache.data_view(selection)
+except ServeScopeError as exc:
+    show_error(exc)
+    st.stop()
+empty = view.store_empty
 
 with st.expander("Import result files", expanded=empty, icon=":material/upload:"):
     st.caption(
@@ -29,7 +35,7 @@ with st.expander("Import result files", expanded=empty, icon=":material/upload:"
     tags = c5.text_input("Tags", key="data_tags", placeholder="a, b")
     if st.button("Import", key="data_import", disabled=not files, type="primary"):
         bar = st.progress(0.0, text="Importing…")
-        reports = data_view.import_uploads(
+        report = data_view.import_uploads(
             files or [],
             framework=framework,
             model=model,
@@ -38,10 +44,10 @@ with st.expander("Import result files", expanded=empty, icon=":material/upload:"
             tags=tags,
             progress=lambda i, n, path: bar.progress(i / n if n else 1.0, text=path),
         )
-        st.dataframe(data_view.reports_frame(reports), hide_index=True, key="data_report")
-        choices = data_view.filter_choices()
+        st.dataframe(report, hide_index=True, key="data_report")
+        view = data_cache.data_view(selection)
 
-if empty and not choices["source"]:
+if view.store_empty:
     st.info(
         "No runs yet. Import result files above, or fill the store with "
         "`servescope import PATH…`, `servescope bench …` or `servescope demo`.",
@@ -50,11 +56,11 @@ if empty and not choices["source"]:
     st.stop()
 
 f1, f2, f3, f4 = st.columns(4)
-sources = f1.multiselect("Source", choices["source"], key="data_f_source")
-frameworks = f2.multiselect("Framework", choices["framework"], key="data_f_framework")
-models = f3.multiselect("Model", choices["model"], key="data_f_model")
-tag = f4.selectbox("Tag", ["", *choices["tag"]], key="data_f_tag")
-runs = data_view.runs_table(sources, frameworks, models, tag or None)
+f1.multiselect("Source", view.choices.sources, key=data_view.SOURCE_KEY)
+f2.multiselect("Framework", view.choices.frameworks, key=data_view.FRAMEWORK_KEY)
+f3.multiselect("Model", view.choices.models, key=data_view.MODEL_KEY)
+f4.selectbox("Tag", ["", *view.choices.tags], key=data_view.TAG_KEY)
+runs = view.runs
 st.dataframe(runs, hide_index=True, key="data_runs")
 if runs.empty:
     st.info("No run matches these filters.")

@@ -85,6 +85,7 @@ def _upsert_run(conn: sa.Connection, run: Mapping[str, Any]) -> None:
             sa.update(table).where(table.c.run_id == values["run_id"]).values(**update)
         ).rowcount
         if done:
+            rollups.touch(conn, [values["run_id"]])  # its figures use the run's own columns
             return
     values.setdefault("source", "servescope")
     conn.execute(sa.insert(table).values(**values))
@@ -101,6 +102,7 @@ def update_run(store: Store, run_id: str, **fields: Any) -> None:
     values = _run_values(fields)
     with store.connect() as conn:
         conn.execute(sa.update(schema.runs).where(schema.runs.c.run_id == run_id).values(**values))
+        rollups.touch(conn, [run_id])  # its figures (duration, throughput) use these columns
 
 
 def delete_run(store: Store, run_id: str) -> None:

@@ -1,177 +1,44 @@
-"""Intent-named reads for the Latency page → DataFrames (aggregated in SQL; bounded samples).
-
-Same conventions as ``store.queries`` (whose building blocks this module imports): percentiles
-are linearly interpolated (DuckDB ``quantile_cont``, PostgreSQL ``percentile_cont``), latency
-statistics count successful requests only, and every statement is ``text()`` with bound
-parameters. Every read takes the runs (``run_ids``) and optionally a window on ``sent_at``
-(``since`` ≤ sent_at < ``until``, seconds since the epoch), so one run or a slice of one can be
-examined. Nothing returns more rows than a stated limit: request samples are a deterministic
-stride sample (every k-th ``seq``), the slowest requests a top-N.
+"""Percentiles of requests and token gaps over a selection (runs × a window on ``sent_at``),
+aggregated in SQL: by length bucket (THE bucket-percentile read, :func:`bucket_latency`), by
+time window (:func:`ttft_heatmap`, :func:`latency_timeline`), and against an SLO
+(:func:`slo_attainment`). Percentiles are linearly interpolated (DuckDB ``quantile_cont``,
+PostgreSQL ``percentile_cont``), latency statistics count successful requests only, every
+statement is ``text()`` with bound parameters, and a read of one whole run is kept as a rollup.
 """
 
 from __future__ import annotations
 
-import itertools
-import json
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import pandas as pd
-import sqlalchemy as sa
 
 from errors import InputError
-from store import rollups, run_stats
+from store import rollups, run_figures
 from store.db import Store
-from store.queries import latency_by_bucket
-from store.sql import BUCKET_QUANTILES, OK, _coerce, _dist_columns, _pcts, _qname
+from store.selection import bucket_case, cached_if_whole_run, read_with_run_ids, request_filter
+from store.sql import (
+    BUCKET_QUANTILES,
+    OK,
+    coerce,
+    dist_columns,
+    distinct_ids,
+    filtered,
+    pcts,
+    qname,
+    with_lists,
+)
 
 #: The request metrics reported per bucket (ITL pools ``token_gaps``).
 BUCKET_METRICS: Final[tuple[str, ...]] = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
 #: Bucketing by input (prompt) or output (generated) length.
 BY_COLUMN: Final[dict[str, str]] = {"input": "input_tokens", "output": "output_tokens"}
-#: Most requests a sample returns (the Latency page's scatter and prefill fit).
-SAMPLE_LIMIT: Final = 20_000
-#: How many of the slowest requests the Latency page explains by default.
-DEFAULT_TOP: Final = 20
-#: Most slowest requests returned.
-TOP_LIMIT: Final = 1_000
-#: Sortable latency columns for the slowest requests.
-SLOW_METRICS: Final[tuple[str, ...]] = ("ttft_ms", "e2e_ms", "tpot_ms")
 
-_PCT_COLS: Final = tuple(f"{_qname(q)}_ms" for q in BUCKET_QUANTILES)
-
-
-def _scope(
-    run_ids: Sequence[str], since: float | None, until: float | None, alias: str = "q"
-) -> tuple[list[str], dict[str, Any]]:
-    if not run_ids:
-        raise InputError("no run selected", hint="pick a run (?run=<run_id>)")
-    where = [f"{alias}.run_id IN :run_ids"]
-    params: dict[str, Any] = {"run_ids": list(run_ids)}
-    if since is not None:
-        where.append(f"{alias}.sent_at >= :since")
-        params["since"] = float(since)
-    if until is not None:
-        where.append(f"{alias}.sent_at < :until")
-        params["until"] = float(until)
-    return where, params
-
-
-def _whole_run(
-    store: Store,
-    run_ids: Sequence[str],
-    since: float | None,
-    until: float | None,
-    kind: str,
-    params: dict[str, Any],
-    compute: Callable[[], pd.DataFrame],
-) -> pd.DataFrame:
-    """``compute()``, kept as a rollup of the run when it covers one whole run (the page's
-    default view, asked for again and again) — also when the window holds every request of the
-    run (by its stored summary); narrower windows and several runs are computed each time."""
-    if len(run_ids) != 1:
-        return compute()
-    if since is not None or until is not None:
-        stats = run_stats.stored(store, run_ids)
-        if stats is None or stats.empty:
-            return compute()
-        first, last = stats["first_sent"].iloc[0], stats["last_sent"].iloc[0]
-        if stats["sent_n"].iloc[0] != stats["requests"].iloc[0] or pd.isna(first):
-            return compute()  # requests without a send time are in no window
-        if (since is not None and since > first) or (until is not None and until <= last):
-            return compute()
-    return rollups.cached_run(store, str(run_ids[0]), kind, params, compute)
-
-
-def _read(store: Store, sql: str, params: dict[str, Any]) -> pd.DataFrame:
-    stmt = sa.text(sql).bindparams(sa.bindparam("run_ids", expanding=True))
-    return store.read_df(stmt, params)
-
-
-def _case(column: str, edges: Sequence[int], params: dict[str, Any]) -> str:
-    bounds = [int(e) for e in edges]
-    if not bounds or any(b <= a for a, b in itertools.pairwise(bounds)):
-        raise InputError(f"bucket edges {bounds} must be a non-empty increasing list")
-    for i, e in enumerate(bounds):
-        params[f"e{i}"] = e
-    whens = " ".join(f"WHEN q.{column} < :e{i} THEN {i}" for i in range(len(bounds)))
-    return f"CASE {whens} ELSE {len(bounds)} END"
+_PCT_COLS: Final = tuple(f"{qname(q)}_ms" for q in BUCKET_QUANTILES)
 
 
 # --- the run as a whole ----------------------------------------------------------------------
-
-
-def run_list(store: Store, limit: int = 200, run_id: str | None = None) -> pd.DataFrame:
-    """The ``limit`` newest runs (plus ``run_id`` when given and older), newest first, from the
-    ``runs`` table alone — no request aggregates, so it is instant on any store (the run pickers
-    of the Latency and Memory pages). Columns: run_id, name, source, framework, model, arrival,
-    concurrency, target_rate, client_bound, started_at, tool_summary."""
-    if limit < 1:
-        raise InputError(f"limit must be at least 1, got {limit}")
-    cols = (
-        "run_id, name, source, framework, model, arrival, concurrency, target_rate, "
-        "client_bound, started_at, created_at, tool_summary"
-    )
-    sql = f"""
-        SELECT {cols} FROM (
-            SELECT {cols} FROM runs
-            ORDER BY COALESCE(started_at, created_at) DESC NULLS LAST, run_id
-            LIMIT :limit
-        ) AS newest
-        UNION
-        SELECT {cols} FROM runs WHERE run_id = :run_id
-    """
-    df = store.read_df(sql, {"limit": int(limit), "run_id": run_id or ""})
-    df["_order"] = pd.to_numeric(df["started_at"]).fillna(pd.to_numeric(df["created_at"]))
-    df = df.sort_values(["_order", "run_id"], ascending=[False, True], na_position="last")
-    df = df.drop(columns=["_order", "created_at"]).reset_index(drop=True)
-    return _coerce(df, bools=("client_bound",))
-
-
-def request_span(
-    store: Store, run_ids: Sequence[str], since: float | None = None, until: float | None = None
-) -> pd.DataFrame:
-    """One row: requests, ok, first_sent, last_sent, last_done (NULLs when there are none).
-    Whole runs are read from their stored summaries (``store.run_stats``)."""
-    where, params = _scope(run_ids, since, until)
-    stats = run_stats.stored(store, run_ids) if since is None and until is None else None
-    if stats is not None:
-        row = {
-            "requests": [int(stats["requests"].sum())],
-            "ok": [int(stats["ok"].sum())],
-            "first_sent": [stats["first_sent"].min()],
-            "last_sent": [stats["last_sent"].max()],
-            "last_done": [stats["last_done"].max()],
-        }
-        df = pd.DataFrame(row)
-    else:
-        sql = f"""
-            SELECT COUNT(*) AS requests, {_ok_count()} AS ok,
-                   MIN(q.sent_at) AS first_sent, MAX(q.sent_at) AS last_sent,
-                   MAX(q.done_at) AS last_done
-            FROM requests q WHERE {" AND ".join(where)}
-        """
-        df = _read(store, sql, params)
-    for col in ("first_sent", "last_sent", "last_done"):
-        df[col] = pd.to_numeric(df[col]).astype("float64")
-    return _coerce(df, ints=("requests", "ok"))
-
-
-def _ok_count() -> str:
-    return f"COUNT(*) FILTER (WHERE {OK})"
-
-
-def ttft_summary(
-    store: Store, run_ids: Sequence[str], since: float | None = None, until: float | None = None
-) -> pd.DataFrame:
-    """One row: ttft_n, ttft_mean_ms, ttft_p50_ms … ttft_p99_9_ms over successful requests."""
-    where, params = _scope(run_ids, since, until)
-    cols = ", ".join(_dist_columns(store.dialect, "q.ttft_ms", "ttft", OK, BUCKET_QUANTILES))
-    sql = f"SELECT {cols} FROM requests q WHERE {' AND '.join(where)}"
-    return _coerce(_read(store, sql, params), ints=("ttft_n",))
-
-
-# --- per bucket ------------------------------------------------------------------------------
 
 
 def bucket_latency(
@@ -201,9 +68,9 @@ def bucket_latency(
             f"unknown metrics {unknown or list(metrics)}",
             hint=f"choose from {', '.join(BUCKET_METRICS)}",
         )
-    _case(BY_COLUMN[by], edges, {})  # validates the edges
+    bucket_case(BY_COLUMN[by], edges, {})  # validates the edges
     key = {"edges": [int(e) for e in edges], "by": by, "metrics": list(metrics)}
-    return _whole_run(
+    return cached_if_whole_run(
         store,
         run_ids,
         since,
@@ -224,22 +91,22 @@ def _bucket_latency(
     metrics: Sequence[str],
 ) -> pd.DataFrame:
     column = BY_COLUMN[by]
-    where, params = _scope(run_ids, since, until)
-    case = _case(column, edges, params)
+    where, params = request_filter(run_ids, since, until)
+    case = bucket_case(column, edges, params)
     d = store.dialect
     scanned = [m for m in ("ttft_ms", "tpot_ms", "e2e_ms") if m in metrics]
     parts: list[pd.DataFrame] = []
     if scanned:
         cols: list[str] = []
         for metric in scanned:
-            cols += _dist_columns(d, f"q.{metric}", metric[:-3], OK, BUCKET_QUANTILES)
+            cols += dist_columns(d, f"q.{metric}", metric[:-3], OK, BUCKET_QUANTILES)
         sql = f"""
             SELECT {case} AS bucket, {", ".join(cols)}
             FROM requests q
             WHERE {" AND ".join(where)} AND q.{column} IS NOT NULL
             GROUP BY 1 ORDER BY 1
         """
-        wide = _read(store, sql, params)
+        wide = read_with_run_ids(store, sql, params)
         for metric in scanned:
             p = metric[:-3]
             part = pd.DataFrame(
@@ -259,7 +126,7 @@ def _bucket_latency(
     out = out.sort_values(
         ["metric", "bucket"], key=lambda s: s.map(order) if s.name == "metric" else s
     )
-    return _coerce(out.reset_index(drop=True), ints=("bucket", "n"))
+    return coerce(out.reset_index(drop=True), ints=("bucket", "n"))
 
 
 def _itl_by_bucket(
@@ -270,20 +137,16 @@ def _itl_by_bucket(
     since: float | None,
     until: float | None,
 ) -> pd.DataFrame:
-    if by == "input" and since is None and until is None:
-        df = latency_by_bucket(store, "itl_ms", edges, run_ids)
-        df.insert(0, "metric", "itl_ms")
-        return df
-    where, params = _scope(run_ids, since, until)
-    case = _case(BY_COLUMN[by], edges, params)
-    cols = ", ".join(_dist_columns(store.dialect, "g.gap_ms", "x", None, BUCKET_QUANTILES))
+    where, params = request_filter(run_ids, since, until)
+    case = bucket_case(BY_COLUMN[by], edges, params)
+    cols = ", ".join(dist_columns(store.dialect, "g.gap_ms", "x", None, BUCKET_QUANTILES))
     sql = f"""
         SELECT {case} AS bucket, {cols}
         FROM token_gaps g JOIN requests q ON q.run_id = g.run_id AND q.seq = g.seq
         WHERE {" AND ".join(where)} AND {OK} AND q.{BY_COLUMN[by]} IS NOT NULL
         GROUP BY 1 ORDER BY 1
     """
-    df = _read(store, sql, params)
+    df = read_with_run_ids(store, sql, params)
     df.columns = [c[2:] if c.startswith("x_") else c for c in df.columns]
     df.insert(0, "metric", "itl_ms")
     return df
@@ -308,10 +171,10 @@ def ttft_heatmap(
     """
     if window_s <= 0:
         raise InputError(f"window must be positive, got {window_s!r} s")
-    _scope(run_ids, since, until)
-    _case("input_tokens", edges, {})
+    request_filter(run_ids, since, until)
+    bucket_case("input_tokens", edges, {})
     key = {"edges": [int(e) for e in edges], "t0": float(t0), "window_s": float(window_s)}
-    return _whole_run(
+    return cached_if_whole_run(
         store,
         run_ids,
         since,
@@ -331,10 +194,10 @@ def _ttft_heatmap(
     since: float | None,
     until: float | None,
 ) -> pd.DataFrame:
-    where, params = _scope(run_ids, since, until)
-    case = _case("input_tokens", edges, params)
+    where, params = request_filter(run_ids, since, until)
+    case = bucket_case("input_tokens", edges, params)
     params.update({"t0": float(t0), "w": float(window_s)})
-    p50, p99 = _pcts(store.dialect, "c.ttft_ms", (0.5, 0.99))
+    p50, p99 = pcts(store.dialect, "c.ttft_ms", (0.5, 0.99))
     sql = f"""
         WITH c AS (
             SELECT {case} AS bucket,
@@ -350,7 +213,7 @@ def _ttft_heatmap(
         GROUP BY GROUPING SETS ((c.bucket, c.win), (c.win), ())
         ORDER BY 2, 1
     """
-    return _coerce(_read(store, sql, params), ints=("bucket", "window", "n"))
+    return coerce(read_with_run_ids(store, sql, params), ints=("bucket", "window", "n"))
 
 
 def latency_timeline(
@@ -366,9 +229,9 @@ def latency_timeline(
     e2e_p99_ms, output_tokens; columns window, window_start (epoch s) first."""
     if window_s <= 0:
         raise InputError(f"window must be positive, got {window_s!r} s")
-    _scope(run_ids, since, until)
+    request_filter(run_ids, since, until)
     key = {"t0": float(t0), "window_s": float(window_s)}
-    return _whole_run(
+    return cached_if_whole_run(
         store,
         run_ids,
         since,
@@ -387,14 +250,14 @@ def _latency_timeline(
     since: float | None,
     until: float | None,
 ) -> pd.DataFrame:
-    where, params = _scope(run_ids, since, until)
+    where, params = request_filter(run_ids, since, until)
     params.update({"t0": float(t0), "w": float(window_s)})
     d = store.dialect
-    t50, t99 = _pcts(d, "q.ttft_ms", (0.5, 0.99), OK)
-    e50, e99 = _pcts(d, "q.e2e_ms", (0.5, 0.99), OK)
+    t50, t99 = pcts(d, "q.ttft_ms", (0.5, 0.99), OK)
+    e50, e99 = pcts(d, "q.e2e_ms", (0.5, 0.99), OK)
     sql = f"""
         SELECT CAST(FLOOR((q.sent_at - :t0) / :w) AS INTEGER) AS window,
-               {_ok_count()} AS n,
+               {filtered("COUNT(*)", OK)} AS n,
                COUNT(*) FILTER (WHERE q.status <> 'ok') AS errors,
                {t50} AS ttft_p50_ms, {t99} AS ttft_p99_ms,
                {e50} AS e2e_p50_ms, {e99} AS e2e_p99_ms,
@@ -403,200 +266,121 @@ def _latency_timeline(
         WHERE {" AND ".join(where)} AND q.sent_at IS NOT NULL
         GROUP BY 1 ORDER BY 1
     """
-    df = _coerce(_read(store, sql, params), ints=("window", "n", "errors", "output_tokens"))
+    df = coerce(
+        read_with_run_ids(store, sql, params), ints=("window", "n", "errors", "output_tokens")
+    )
     df.insert(1, "window_start", float(t0) + df["window"].astype("float64") * float(window_s))
     return df
 
 
 # --- requests ---------------------------------------------------------------------------------
 
-_SAMPLE_COLS: Final = (
-    "q.run_id, q.seq, q.status, q.sent_at, q.first_token_at, q.done_at, q.input_tokens, "
-    "q.output_tokens, q.ttft_ms, q.tpot_ms, q.e2e_ms"
-)
-
-
-def request_sample(
-    store: Store,
-    run_ids: Sequence[str],
-    limit: int = SAMPLE_LIMIT,
-    since: float | None = None,
-    until: float | None = None,
-) -> tuple[pd.DataFrame, int]:
-    """Every request (all statuses) when there are at most ``limit``, else every k-th ``seq``
-    (k = ⌈requests / limit⌉, spread evenly over the run); returns (rows, k).
-
-    Columns: run_id, seq, status, sent_at, first_token_at, done_at, input_tokens,
-    output_tokens, ttft_ms, tpot_ms, e2e_ms; ordered by sent_at. Never more than ``limit`` rows.
-    """
-    if limit < 1:
-        raise InputError(f"limit must be at least 1, got {limit}")
-    where, params = _scope(run_ids, since, until)
-    cond = " AND ".join(where)
-    stats = run_stats.stored(store, run_ids) if since is None and until is None else None
-    if stats is not None:
-        total = int(stats["requests"].sum())
-    else:
-        count = _read(store, f"SELECT COUNT(*) AS c FROM requests q WHERE {cond}", params)
-        total = int(count["c"].iloc[0] or 0)
-    stride = max(1, -(-total // int(limit)))
-    params.update({"k": stride, "limit": int(limit)})
-    sql = f"""
-        SELECT {_SAMPLE_COLS} FROM requests q
-        WHERE {cond} AND MOD(q.seq, :k) = 0
-        ORDER BY q.sent_at, q.run_id, q.seq
-        LIMIT :limit
-    """
-    df = _whole_run(
-        store,
-        run_ids,
-        since,
-        until,
-        "request_sample",
-        {"k": stride, "limit": int(limit)},
-        lambda: _coerce(_read(store, sql, params), ints=("seq",)),
-    )
-    return df, stride
-
-
-def slowest_requests(
-    store: Store,
-    run_ids: Sequence[str],
-    n: int = 20,
-    metric: str = "ttft_ms",
-    since: float | None = None,
-    until: float | None = None,
-) -> pd.DataFrame:
-    """The ``n`` successful requests with the highest ``metric`` (ttft_ms, e2e_ms, tpot_ms),
-    slowest first; same columns as :func:`request_sample` plus ``rank`` (1 = slowest)."""
-    if metric not in SLOW_METRICS:
-        raise InputError(
-            f"unknown metric {metric!r}", hint=f"choose one of {', '.join(SLOW_METRICS)}"
-        )
-    if not 1 <= n <= TOP_LIMIT:
-        raise InputError(f"n must be within 1..{TOP_LIMIT}, got {n}")
-    where, params = _scope(run_ids, since, until)
-    params["n"] = int(n)
-    sql = f"""
-        SELECT {_SAMPLE_COLS} FROM requests q
-        WHERE {" AND ".join(where)} AND {OK} AND q.{metric} IS NOT NULL
-        ORDER BY q.{metric} DESC, q.run_id, q.seq
-        LIMIT :n
-    """
-    df = _whole_run(
-        store,
-        run_ids,
-        since,
-        until,
-        "slowest_requests",
-        {"n": int(n), "metric": metric},
-        lambda: _coerce(_read(store, sql, params), ints=("seq",)),
-    ).copy()
-    df.insert(0, "rank", range(1, len(df) + 1))
-    return df
-
-
-def in_flight_at(store: Store, run_id: str, instants: Sequence[float]) -> pd.DataFrame:
-    """Exact count of the run's requests in flight (sent_at ≤ t < done_at, or not done) at each
-    instant: columns t, in_flight. One scan with a filtered count per instant, limited to the
-    requests sent before the last instant and not done before the first (for a handful of
-    instants: the slowest requests)."""
-    ts = sorted({float(t) for t in instants})
-    if not ts:
-        return pd.DataFrame(
-            {"t": pd.Series(dtype="float64"), "in_flight": pd.Series(dtype="int64")}
-        )
-    params: dict[str, Any] = {f"t{i}": t for i, t in enumerate(ts)}
-    params.update({"run_id": run_id, "lo": ts[0], "hi": ts[-1]})
-    counts = ", ".join(
-        f"COUNT(*) FILTER (WHERE q.sent_at <= :t{i} AND (q.done_at > :t{i} OR q.done_at IS NULL))"
-        f" AS c{i}"
-        for i in range(len(ts))
-    )
-    sql = f"""
-        SELECT {counts} FROM requests q
-        WHERE q.run_id = :run_id AND q.sent_at <= :hi AND (q.done_at > :lo OR q.done_at IS NULL)
-    """
-
-    def compute() -> pd.DataFrame:
-        row = store.read_df(sql, params).iloc[0]
-        values = [int(row[f"c{i}"] or 0) for i in range(len(ts))]
-        return pd.DataFrame(
-            {"t": pd.Series(ts, dtype="float64"), "in_flight": pd.Series(values, dtype="int64")}
-        )
-
-    return rollups.cached_run(store, run_id, "in_flight_at", {"instants": ts}, compute)
-
 
 # --- the series a run belongs to ---------------------------------------------------------------
 
 
-def load_levels(store: Store, run_id: str) -> pd.DataFrame:
-    """The run's series across load levels: runs of the same sweep (sweep_id), else with the
-    same endpoint, framework, model and workload — narrowed to the same bench invocation
-    (client_params.bench_id) when that invocation measured several levels.
+_MET_COUNTS: Final = ("requests", "ok", "ttft_met", "tpot_met", "e2e_met", "met")
 
-    One row per run: run_id, concurrency, target_rate, load (concurrency, else rate),
-    client_bound, started_at, ended_at, duration_s, request_throughput, output_throughput
-    (tokens/s over successful requests); ordered by load."""
-    me = store.read_df(
-        "SELECT run_id, sweep_id, endpoint, framework, model, workload, client_params "
-        "FROM runs WHERE run_id = :run_id",
-        {"run_id": run_id},
+
+def slo_attainment(
+    store: Store, run_ids: Sequence[str], thresholds: Mapping[str, float]
+) -> pd.DataFrame:
+    """Per run, how many requests met each SLO target, computed in SQL (and kept per run and
+    thresholds as a rollup, ``store.rollups``, until the run's rows change).
+
+    ``thresholds`` (``analysis.slo.SloProfile.sql_thresholds``): ``ttft_base``, ``ttft_per_1k``
+    (TTFT limit = ttft_base + ttft_per_1k × input_tokens / 1000), ``tpot``, ``e2e`` in ms; +inf
+    for no target. A request meets TTFT/E2E when it succeeded and its value is within the limit,
+    TPOT also when its TPOT is undefined (fewer than two output tokens).
+
+    Columns: run_id, requests, ok, ttft_met, tpot_met, e2e_met, met (all three), duration_s,
+    goodput (met / duration, requests/s), attainment (met / requests). Runs without requests
+    are absent.
+    """
+    ids = distinct_ids(run_ids)
+    needed = ("ttft_base", "ttft_per_1k", "tpot", "e2e")
+    missing = [k for k in needed if k not in thresholds]
+    if missing:
+        raise InputError(f"SLO thresholds lack {', '.join(missing)}; give {', '.join(needed)}")
+    columns = [*("run_id",), *_MET_COUNTS, "duration_s", "goodput", "attainment"]
+    if not ids:
+        return pd.DataFrame(columns=columns)
+    params = {k: float(thresholds[k]) for k in needed}
+    counts = rollups.cached_runs(
+        store, ids, "slo_attainment", params, lambda stale: _met_counts(store, stale, params)
     )
-    cols = [
-        "run_id",
-        "concurrency",
-        "target_rate",
-        "load",
-        "client_bound",
-        "started_at",
-        "ended_at",
-        "duration_s",
-        "request_throughput",
-        "output_throughput",
-    ]
-    if me.empty:
-        return pd.DataFrame(columns=cols)
-    row = me.iloc[0]
-    if isinstance(row["sweep_id"], str) and row["sweep_id"]:
-        cond = "r.sweep_id = :sweep"
-        params: dict[str, Any] = {"sweep": row["sweep_id"]}
-    else:
-        cond = " AND ".join(
-            f"r.{c} IS NOT DISTINCT FROM :{c}"
-            for c in ("endpoint", "framework", "model", "workload")
-        )
-        params = {
-            c: (None if pd.isna(row[c]) else row[c])
-            for c in ("endpoint", "framework", "model", "workload")
-        }
     runs = store.read_df(
-        "SELECT r.run_id, r.concurrency, r.target_rate, r.client_bound, r.started_at, "
-        f"r.ended_at, r.duration_s, r.gpu_count, r.client_params FROM runs r WHERE {cond}",
-        params,
+        with_lists(
+            "SELECT run_id, duration_s, started_at, ended_at FROM runs WHERE run_id IN :run_ids"
+        ),
+        {"run_ids": ids},
     )
-    # throughput only: the stored summaries when fresh, else a cheap scan (no percentiles)
-    df = run_stats.figures(runs, run_stats.light(store, runs["run_id"].tolist()))
-    df = df[df["requests"] > 0]  # runs that measured nothing are no load level
-    bench = _bench_id(row["client_params"])
-    if bench is not None and not (isinstance(row["sweep_id"], str) and row["sweep_id"]):
-        same = df[[_bench_id(v) == bench for v in df["client_params"]]]
-        if len(same) >= 2:  # one invocation per level (the demo): keep the wider group
-            df = same
-    df = df.drop(columns=["client_params"])
-    conc = pd.to_numeric(df["concurrency"]).astype("float64")
-    df["load"] = conc.fillna(pd.to_numeric(df["target_rate"]).astype("float64"))
-    df = _coerce(df.sort_values(["load", "run_id"]).reset_index(drop=True), bools=("client_bound",))
-    return df[cols]
+    timed = run_figures.figures(runs, run_figures.get(store, ids))
+    df = counts.merge(timed[["run_id", "duration_s"]], on="run_id").sort_values("run_id")
+    df = df.reset_index(drop=True)
+    df["goodput"] = df["met"].astype("float64") / df["duration_s"]
+    df["attainment"] = df["met"].astype("float64") / df["requests"].astype("float64").replace(
+        0.0, float("nan")
+    )
+    return coerce(df[columns], ints=_MET_COUNTS)
 
 
-def _bench_id(raw: object) -> str | None:
-    if not isinstance(raw, str) or not raw:
-        return None
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return None
-    bench = value.get("bench_id") if isinstance(value, dict) else None
-    return str(bench) if bench else None
+def _met_counts(store: Store, run_ids: list[str], params: Mapping[str, float]) -> pd.DataFrame:
+    return _met_counts_many(store, run_ids, [params])[0]
+
+
+def _met_counts_many(
+    store: Store, run_ids: list[str], sets: Sequence[Mapping[str, float]]
+) -> list[pd.DataFrame]:
+    """The attainment counts of ``run_ids`` under each threshold set, from ONE scan."""
+    dbl = "DOUBLE PRECISION"
+    cols: list[str] = []
+    bound: dict[str, Any] = {"run_ids": run_ids}
+    for k, params in enumerate(sets):
+        bound.update({f"{name}_{k}": float(v) for name, v in params.items()})
+        ttft = (
+            f"q.ttft_ms <= CAST(:ttft_base_{k} AS {dbl}) + CAST(:ttft_per_1k_{k} AS {dbl}) "
+            f"* COALESCE(q.input_tokens, 0) / 1000.0"
+        )
+        tpot = f"(q.tpot_ms IS NULL OR q.tpot_ms <= CAST(:tpot_{k} AS {dbl}))"
+        e2e = f"q.e2e_ms <= CAST(:e2e_{k} AS {dbl})"
+        cols += [
+            f"{filtered('COUNT(*)', f'{OK} AND {ttft}')} AS ttft_met_{k}",
+            f"{filtered('COUNT(*)', f'{OK} AND {tpot}')} AS tpot_met_{k}",
+            f"{filtered('COUNT(*)', f'{OK} AND {e2e}')} AS e2e_met_{k}",
+            f"{filtered('COUNT(*)', f'{OK} AND {ttft} AND {tpot} AND {e2e}')} AS met_{k}",
+        ]
+    sql = f"""
+        SELECT q.run_id, COUNT(*) AS requests, {filtered("COUNT(*)", OK)} AS ok,
+               {", ".join(cols)}
+        FROM requests q WHERE q.run_id IN :run_ids
+        GROUP BY q.run_id
+    """
+    wide = store.read_df(with_lists(sql), bound)
+    out = []
+    for k in range(len(sets)):
+        names = {f"{c}_{k}": c for c in ("ttft_met", "tpot_met", "e2e_met", "met")}
+        part = wide[["run_id", "requests", "ok", *names]].rename(columns=names)
+        out.append(coerce(part.reset_index(drop=True), ints=_MET_COUNTS))
+    return out
+
+
+def prepare_attainment(
+    store: Store, run_ids: Sequence[str], threshold_sets: Sequence[Mapping[str, float]]
+) -> None:
+    """Keep :func:`slo_attainment`'s counts of ``run_ids`` under several threshold sets (every
+    stored SLO profile) from one scan of their requests, instead of one scan per set."""
+    ids = distinct_ids(run_ids)
+    needed = ("ttft_base", "ttft_per_1k", "tpot", "e2e")
+    sets = [{k: float(t[k]) for k in needed} for t in threshold_sets]
+    if not ids or not sets:
+        return
+    versions = rollups.versions(store, ids)  # read before the rows they will vouch for
+    started = time.perf_counter()
+    frames = _met_counts_many(store, [r for r in ids if r in versions], sets)
+    elapsed_ms = (time.perf_counter() - started) * 1000
+    for params, frame in zip(sets, frames, strict=True):
+        per_run = {
+            r: (v, frame[frame["run_id"] == r].reset_index(drop=True)) for r, v in versions.items()
+        }
+        rollups.keep(store, "slo_attainment", params, per_run, elapsed_ms / len(sets))

@@ -32,6 +32,7 @@ import sqlalchemy as sa
 import settings
 from errors import StoreError
 from store import schema
+from store.sql import with_lists
 
 if TYPE_CHECKING:
     from store.db import Store
@@ -45,7 +46,7 @@ ComputeRuns = Callable[[list[str]], pd.DataFrame]
 
 #: Part of every rollup's key: bump it when the shape of any stored result changes, so that
 #: results stored by an older ServeScope are recomputed instead of served.
-FORMAT: Final = 1
+FORMAT: Final = 2  # 2: run summaries carry their figures (run_figures.FIGURES)
 
 
 def params_key(params: Mapping[str, Any]) -> str:
@@ -77,10 +78,6 @@ def decode(payload: bytes) -> pd.DataFrame:
     return frame
 
 
-def _stmt(sql: str) -> sa.TextClause:
-    return sa.text(sql).bindparams(sa.bindparam("run_ids", expanding=True))
-
-
 def versions(store: Store, run_ids: Sequence[str]) -> dict[str, int]:
     """The current data_version of each existing run of ``run_ids`` — read it BEFORE the rows a
     result is computed from, and :func:`keep` the result with it."""
@@ -92,7 +89,7 @@ def _versions(conn: sa.Connection, run_ids: list[str]) -> dict[str, int]:
     return {
         str(r): int(v or 0)
         for r, v in conn.execute(
-            _stmt("SELECT run_id, data_version FROM runs WHERE run_id IN :run_ids"),
+            with_lists("SELECT run_id, data_version FROM runs WHERE run_id IN :run_ids"),
             {"run_ids": run_ids},
         )
     }
@@ -105,7 +102,7 @@ def _lookup(
     with store.connect() as conn:
         versions = _versions(conn, run_ids)
         stored = conn.execute(
-            _stmt(
+            with_lists(
                 "SELECT run_id, data_version, payload FROM run_rollups "
                 "WHERE kind = :kind AND params = :params AND run_id IN :run_ids"
             ),
@@ -263,7 +260,7 @@ def touch(conn: sa.Connection, run_ids: Sequence[str]) -> None:
     if not ids:
         return
     conn.execute(
-        _stmt(
+        with_lists(
             "UPDATE runs SET data_version = COALESCE(data_version, 0) + 1 WHERE run_id IN :run_ids"
         ),
         {"run_ids": ids},

@@ -17,12 +17,19 @@ from typing import Final
 
 import numpy as np
 import pandas as pd
-import sqlalchemy as sa
 
 from errors import StoreError
 from store import rollups
 from store.db import Store
-from store.sql import DETAIL_QUANTILES, OK, _coerce, _dist_columns, _filtered, _qname
+from store.sql import (
+    DETAIL_QUANTILES,
+    OK,
+    coerce,
+    dist_columns,
+    filtered,
+    qname,
+    with_lists,
+)
 
 #: Metrics summarised per run (``{metric}_n``, ``_mean_ms``, ``_p50_ms`` … ``_p99_ms``).
 METRICS: Final = ("ttft", "tpot", "e2e", "lag", "itl")
@@ -48,42 +55,80 @@ COLUMNS: Final = (
     *(
         f"{m}_{s}"
         for m in METRICS
-        for s in ("n", "mean_ms", *(f"{_qname(q)}_ms" for q in DETAIL_QUANTILES))
+        for s in ("n", "mean_ms", *(f"{qname(q)}_ms" for q in DETAIL_QUANTILES))
     ),
 )
+
+#: The figures derived from a run's counts and its own columns (ARCHITECTURE §5).
+FIGURES: Final = (
+    "errors",
+    "error_rate",
+    "timeout_rate",
+    "duration_s",
+    "request_throughput",
+    "output_throughput",
+    "total_token_throughput",
+    "output_throughput_per_gpu",
+)
+
+#: THE definition of a run's duration: its own ``duration_s``, else ``ended_at − started_at``,
+#: else first send → last completion (a zero is no duration). ``r``: runs; ``a``: its counts.
+DURATION_SQL: Final = (
+    "COALESCE(NULLIF(r.duration_s, 0), NULLIF(r.ended_at - r.started_at, 0), "
+    "NULLIF(a.last_done - a.first_sent, 0))"
+)
+
+
+def _per_second(amount: str) -> str:
+    return f"CAST({amount} AS DOUBLE PRECISION) / {DURATION_SQL}"
+
+
+#: THE definitions of the figures, in SQL over ``runs r`` joined with a run's counts ``a``
+#: (requests, ok, timeouts, input_tokens, output_tokens of successful requests, first_sent,
+#: last_done): errors are every request that is not ok; throughput counts successful requests
+#: and their tokens per second of the run's duration; per GPU divides by a known gpu_count.
+#: ``analysis.metrics.run_summary`` is the pure version (no store); a test holds them equal.
+FIGURES_SQL: Final = f"""
+    COALESCE(a.requests, 0) - COALESCE(a.ok, 0) AS errors,
+    CAST(COALESCE(a.requests, 0) - COALESCE(a.ok, 0) AS DOUBLE PRECISION)
+        / NULLIF(a.requests, 0) AS error_rate,
+    CAST(COALESCE(a.timeouts, 0) AS DOUBLE PRECISION) / NULLIF(a.requests, 0) AS timeout_rate,
+    {DURATION_SQL} AS duration_s,
+    {_per_second("COALESCE(a.ok, 0)")} AS request_throughput,
+    {_per_second("COALESCE(a.output_tokens, 0)")} AS output_throughput,
+    {_per_second("COALESCE(a.input_tokens, 0) + COALESCE(a.output_tokens, 0)")}
+        AS total_token_throughput,
+    {_per_second("COALESCE(a.output_tokens, 0)")} / NULLIF(r.gpu_count, 0)
+        AS output_throughput_per_gpu"""
 
 _KIND: Final = "run_stats"
 
 log = logging.getLogger("servescope.run_stats")
 
 
-def _stmt(sql: str) -> sa.TextClause:
-    return sa.text(sql).bindparams(sa.bindparam("run_ids", expanding=True))
-
-
 def compute(store: Store, run_ids: Sequence[str]) -> pd.DataFrame:
-    """The summary of ``run_ids`` aggregated from their rows (one scan of ``requests`` and one
-    of ``token_gaps``); one row per run that has requests. Prefer :func:`get`."""
+    """The summary and figures of ``run_ids`` aggregated from their rows (one scan of
+    ``requests`` and one of ``token_gaps``); one row per existing run. Prefer :func:`get`."""
     ids = list(run_ids)
     if not ids:
         return _empty()
     d = store.dialect
     dist = ",\n".join(
-        _dist_columns(d, "q.ttft_ms", "ttft", OK)
-        + _dist_columns(d, "q.tpot_ms", "tpot", OK)
-        + _dist_columns(d, "q.e2e_ms", "e2e", OK)
-        + _dist_columns(d, "q.lag_ms", "lag", None)
+        dist_columns(d, "q.ttft_ms", "ttft", OK)
+        + dist_columns(d, "q.tpot_ms", "tpot", OK)
+        + dist_columns(d, "q.e2e_ms", "e2e", OK)
+        + dist_columns(d, "q.lag_ms", "lag", None)
     )
-    itl = ",\n".join(_dist_columns(d, "g.gap_ms", "itl", None))
+    itl = ",\n".join(dist_columns(d, "g.gap_ms", "itl", None))
     sql = f"""
         WITH a AS (
             SELECT q.run_id,
                    COUNT(*) AS requests,
-                   {_filtered("COUNT(*)", OK)} AS ok,
-                   {_filtered("COUNT(*)", "q.status = 'timeout'")} AS timeouts,
-                   {_filtered("COUNT(*)", "q.status = 'cancelled'")} AS cancelled,
-                   {_filtered("SUM(q.input_tokens)", OK)} AS input_tokens,
-                   {_filtered("SUM(q.output_tokens)", OK)} AS output_tokens,
+                   {filtered("COUNT(*)", OK)} AS ok,
+                   {filtered("COUNT(*)", "q.status = 'timeout'")} AS timeouts,
+                   {filtered("COUNT(*)", "q.status = 'cancelled'")} AS cancelled,
+                   {filtered("SUM(q.input_tokens)", OK)} AS input_tokens,
+                   {filtered("SUM(q.output_tokens)", OK)} AS output_tokens,
                    COUNT(q.sent_at) AS sent_n,
                    MIN(q.sent_at) AS first_sent,
                    MAX(q.sent_at) AS last_sent,
@@ -102,20 +147,28 @@ def compute(store: Store, run_ids: Sequence[str]) -> pd.DataFrame:
             WHERE g.run_id IN :run_ids AND f.seq IS NULL
             GROUP BY g.run_id
         )
-        SELECT a.*, i.* FROM a LEFT JOIN i ON i.i_run_id = a.run_id
+        SELECT r.run_id, {_summary_columns()}, {FIGURES_SQL}
+        FROM runs r
+        LEFT JOIN a ON a.run_id = r.run_id
+        LEFT JOIN i ON i.i_run_id = r.run_id
+        WHERE r.run_id IN :run_ids
     """
-    df = store.read_df(_stmt(sql), {"run_ids": ids}).drop(columns=["i_run_id"])
-    return _typed(df[list(COLUMNS)])
+    df = store.read_df(with_lists(sql), {"run_ids": ids})
+    return _typed(df[[*COLUMNS, *FIGURES]])
+
+
+def _summary_columns() -> str:
+    return ", ".join(f"{'i' if c.startswith('itl_') else 'a'}.{c}" for c in COLUMNS[1:])
 
 
 def _empty() -> pd.DataFrame:
-    return _typed(pd.DataFrame({c: pd.Series([], dtype=object) for c in COLUMNS}))
+    return _typed(pd.DataFrame({c: pd.Series([], dtype=object) for c in (*COLUMNS, *FIGURES)}))
 
 
 def _typed(df: pd.DataFrame) -> pd.DataFrame:
-    df = _coerce(df, ints=COUNTS)
-    for col in COLUMNS[1:]:
-        if col not in COUNTS:
+    df = coerce(df, ints=(*COUNTS, "errors"))
+    for col in (*COLUMNS[1:], *FIGURES):
+        if col in df and col not in (*COUNTS, "errors"):
             df[col] = pd.to_numeric(df[col]).astype("float64")
     df["run_id"] = df["run_id"].astype(object)
     return df
@@ -136,33 +189,38 @@ def stored(store: Store, run_ids: Sequence[str]) -> pd.DataFrame | None:
 _LIGHT_COUNTS: Final = ("requests", "ok", "timeouts", "input_tokens", "output_tokens")
 
 
-def light(store: Store, run_ids: Sequence[str]) -> pd.DataFrame:
-    """What :func:`figures` needs of each run — counts, tokens, first send, last send and last
-    completion — from the stored summaries when every one is fresh, else from one cheap scan
-    (no percentiles, nothing kept): for reads that want throughput, not latency."""
+def light_stats(store: Store, run_ids: Sequence[str]) -> pd.DataFrame:
+    """Each run's counts, span and figures (:data:`FIGURES`) — what throughput needs, no
+    percentiles — from the stored summaries when every one is fresh, else from one cheap scan
+    (nothing kept): for reads that want throughput, not latency."""
     kept = stored(store, run_ids)
     if kept is not None:
         return kept
     ids = list(dict.fromkeys(str(r) for r in run_ids))
     if not ids:
-        return _empty()[["run_id", *_LIGHT_COUNTS, "first_sent", "last_sent", "last_done"]]
+        return _empty()[
+            ["run_id", *_LIGHT_COUNTS, "first_sent", "last_sent", "last_done", *FIGURES]
+        ]
     sql = f"""
-        SELECT q.run_id,
-               COUNT(*) AS requests,
-               {_filtered("COUNT(*)", OK)} AS ok,
-               {_filtered("COUNT(*)", "q.status = 'timeout'")} AS timeouts,
-               {_filtered("SUM(q.input_tokens)", OK)} AS input_tokens,
-               {_filtered("SUM(q.output_tokens)", OK)} AS output_tokens,
-               MIN(q.sent_at) AS first_sent,
-               MAX(q.sent_at) AS last_sent,
-               MAX(q.done_at) AS last_done
-        FROM requests q WHERE q.run_id IN :run_ids
-        GROUP BY q.run_id
+        WITH a AS (
+            SELECT q.run_id,
+                   COUNT(*) AS requests,
+                   {filtered("COUNT(*)", OK)} AS ok,
+                   {filtered("COUNT(*)", "q.status = 'timeout'")} AS timeouts,
+                   {filtered("SUM(q.input_tokens)", OK)} AS input_tokens,
+                   {filtered("SUM(q.output_tokens)", OK)} AS output_tokens,
+                   MIN(q.sent_at) AS first_sent,
+                   MAX(q.sent_at) AS last_sent,
+                   MAX(q.done_at) AS last_done
+            FROM requests q WHERE q.run_id IN :run_ids
+            GROUP BY q.run_id
+        )
+        SELECT r.run_id, {", ".join(f"a.{c}" for c in _LIGHT_COUNTS)}, a.first_sent,
+               a.last_sent, a.last_done, {FIGURES_SQL}
+        FROM runs r LEFT JOIN a ON a.run_id = r.run_id
+        WHERE r.run_id IN :run_ids
     """
-    df = _coerce(store.read_df(_stmt(sql), {"run_ids": ids}), ints=_LIGHT_COUNTS)
-    for col in ("first_sent", "last_sent", "last_done"):
-        df[col] = pd.to_numeric(df[col]).astype("float64")
-    return df
+    return _typed(store.read_df(with_lists(sql), {"run_ids": ids}))
 
 
 def refresh(store: Store, run_ids: Sequence[str]) -> bool:
@@ -179,40 +237,75 @@ def refresh(store: Store, run_ids: Sequence[str]) -> bool:
     return True
 
 
-def figures(runs: pd.DataFrame, stats: pd.DataFrame) -> pd.DataFrame:
-    """``runs`` (rows of the runs table: run_id, duration_s, started_at, ended_at, gpu_count …)
-    joined with their ``stats`` (from :func:`get`), plus the derived figures.
-
-    Adds every summary column (a run without requests gets 0 counts and NaN statistics),
-    ``errors`` (every non-ok request), ``error_rate``, ``timeout_rate``, ``duration_s`` (the
-    run's own, else ended − started, else first send → last completion), and
-    ``request_throughput``, ``output_throughput``, ``total_token_throughput`` (successful
-    requests and their tokens per second) and ``output_throughput_per_gpu``. Keeps ``runs``'
-    order and index.
-    """
-    out = runs.merge(stats, on="run_id", how="left", suffixes=("", "_stats"))
+def attach(store: Store, runs: pd.DataFrame, *, light: bool = False) -> pd.DataFrame:
+    """``runs`` (rows of a run listing: run_id and any of the run's own columns) with each run's
+    summary and figures (:data:`COLUMNS`, :data:`FIGURES`; the effective ``duration_s`` replaces
+    the run's own). A run without requests gets 0 counts and NaN statistics. ``light``: counts
+    and figures only (:func:`light_stats`). Keeps ``runs``' order and index."""
+    ids = [str(r) for r in runs["run_id"]]
+    stats = (light_stats if light else get)(store, ids)
+    out = runs.drop(columns=[c for c in FIGURES if c in runs]).merge(
+        stats, on="run_id", how="left", suffixes=("", "_stats")
+    )
     out.index = runs.index
-    for name in COUNTS:
-        if name in out or name in _LIGHT_COUNTS:
+    for name in (*COUNTS, "errors"):
+        if name in out:
             out[name] = pd.to_numeric(out[name]).fillna(0).astype("int64")
-    requests = out["requests"].astype("float64").replace(0.0, np.nan)
-    out["errors"] = out["requests"] - out["ok"]
-    out["error_rate"] = out["errors"] / requests
-    out["timeout_rate"] = out["timeouts"] / requests
-
-    def num(name: str) -> pd.Series:
-        if name not in out:
-            return pd.Series(np.nan, index=out.index, dtype="float64")
-        return pd.to_numeric(out[name]).astype("float64")
-
-    duration = num("duration_s").where(num("duration_s") != 0)
-    span = (num("ended_at") - num("started_at")).where(lambda s: s != 0)
-    measured = (num("last_done") - num("first_sent")).where(lambda s: s != 0)
-    duration = duration.fillna(span).fillna(measured)
-    out["duration_s"] = duration
-    out["request_throughput"] = out["ok"] / duration
-    out["output_throughput"] = out["output_tokens"] / duration
-    out["total_token_throughput"] = (out["input_tokens"] + out["output_tokens"]) / duration
-    gpus = num("gpu_count").where(lambda s: s != 0)
-    out["output_throughput_per_gpu"] = out["output_throughput"] / gpus
     return out
+
+
+#: What run_detail adds to the run's own columns (its summary without ITL, see run_itl_summary).
+_DETAIL_FIGURES: Final = (
+    "requests",
+    "ok",
+    "errors",
+    "timeouts",
+    "cancelled",
+    "input_tokens",
+    "output_tokens",
+    "duration_s",
+    "request_throughput",
+    "output_throughput",
+    "total_token_throughput",
+    "output_throughput_per_gpu",
+    *(c for c in COLUMNS if c.startswith(("ttft_", "tpot_", "e2e_", "lag_"))),
+)
+
+
+def run_detail(store: Store, run_id: str) -> pd.DataFrame:
+    """One row: the run's columns plus its summary; empty when the run does not exist.
+
+    Adds: requests, ok, errors (every non-ok request), timeouts, cancelled, input_tokens and
+    output_tokens (successful requests), duration_s, request_throughput, output_throughput,
+    total_token_throughput, output_throughput_per_gpu, and for ttft/tpot/e2e/lag the sample count
+    ``*_n``, ``*_mean_ms`` and ``*_p50_ms … *_p99_ms`` (successful requests; lag: all).
+    """
+    runs = store.read_df(
+        f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = :run_id", {"run_id": run_id}
+    )
+    df = attach(store, runs)
+    keep = [c for c in runs.columns if c not in ("duration_s",)] + list(_DETAIL_FIGURES)
+    return coerce(df[keep], bools=("client_bound", "output_tokens_estimated"))
+
+
+def run_itl_summary(store: Store, run_id: str) -> pd.DataFrame:
+    """Pooled inter-token latency of a run's requests that did not fail, from ``token_gaps``
+    (through the run's stored summary).
+
+    One row: itl_n, itl_mean_ms, itl_p50_ms … itl_p99_ms; itl_n = 0 and NULLs when
+    the run has no recorded gaps (e.g. an import without per-chunk timings).
+    """
+    cols = [c for c in COLUMNS if c.startswith("itl_")]
+    stats = get(store, [run_id])
+    if stats.empty:
+        row = {c: [0 if c == "itl_n" else np.nan] for c in cols}
+        return coerce(pd.DataFrame(row), ints=("itl_n",))
+    return coerce(stats[cols].reset_index(drop=True), ints=("itl_n",))
+
+
+_RUN_COLUMNS: Final = (
+    "run_id, name, source, framework, framework_version, model, gpu_name, gpu_count, endpoint, "
+    "api, host, workload, arrival, target_rate, burstiness, concurrency, sweep_id, started_at, "
+    "ended_at, duration_s, status, client_bound, client_bound_reason, achieved_rate, "
+    "output_tokens_estimated, engine_params, client_params, notes, tags, created_at"
+)

@@ -16,9 +16,10 @@ import pandas as pd
 import sqlalchemy as sa
 
 from errors import InputError
-from store import run_stats
+from store import run_figures
 from store.db import Store
 from store.live_queries import run_live_sources
+from store.sql import with_lists
 
 #: The engine metrics the Memory page draws.
 MEMORY_METRICS: Final[tuple[str, ...]] = (
@@ -37,10 +38,6 @@ def _step(since: float, until: float, max_points: int) -> float:
     if until < since:
         raise InputError(f"window ends ({until}) before it starts ({since})")
     return max((until - since) / max_points, 1e-3)
-
-
-def _expanding(sql: str, *names: str) -> sa.TextClause:
-    return sa.text(sql).bindparams(*(sa.bindparam(n, expanding=True) for n in names))
 
 
 def engine_timeline(
@@ -77,7 +74,7 @@ def engine_timeline(
         ORDER BY target, metric, bin
     """
     df = store.read_df(
-        _expanding(sql, "targets", "metrics"),
+        with_lists(sql, "targets", "metrics"),
         {
             "targets": list(targets),
             "metrics": list(metrics),
@@ -125,7 +122,7 @@ def gpu_timeline(
         GROUP BY host, gpu_index, bin
         ORDER BY host, gpu_index, bin
     """
-    stmt = _expanding(sql, "hosts") if hosts is not None else sa.text(sql)
+    stmt = with_lists(sql, "hosts") if hosts is not None else sa.text(sql)
     df = store.read_df(stmt, params)
     if df.empty:
         return _empty_gpu()
@@ -175,7 +172,7 @@ def run_sources(store: Store, run_id: str) -> dict[str, Any]:
     live = run_live_sources(store, run_id)
     if not live:
         return {}
-    stats = run_stats.stored(store, [run_id])  # the run's summary, when it is kept
+    stats = run_figures.stored(store, [run_id])  # the run's summary, when it is kept
     if stats is not None and not stats.empty:
         span = stats.iloc[0]
     else:
@@ -307,7 +304,7 @@ def _run_state(store: Store, run_id: str) -> dict[str, Any]:
     window = {"since": float(since), "until": float(until)}
     if src["hosts"]:
         gpu = store.read_df(
-            _expanding(
+            with_lists(
                 "SELECT AVG(util_gpu) AS u, "
                 "MAX(mem_used_bytes / NULLIF(mem_total_bytes, 0)) AS m, COUNT(*) AS n "
                 "FROM gpu_samples WHERE host IN :hosts AND ts >= :since AND ts <= :until",
@@ -320,7 +317,7 @@ def _run_state(store: Store, run_id: str) -> dict[str, Any]:
         rec["gpu_samples"] = int(gpu["n"] or 0)
     if src["targets"]:
         peaks = store.read_df(
-            _expanding(
+            with_lists(
                 "SELECT metric, MAX(value) AS v FROM engine_samples WHERE target IN "
                 ":targets AND metric IN ('kv_cache_usage', 'requests_running') "
                 "AND ts >= :since AND ts <= :until GROUP BY metric",

@@ -1,7 +1,8 @@
-"""SQL building blocks shared by the store's read modules (``queries``, ``run_stats``,
-``compare_queries``, ``latency_queries`` …): percentile aggregates that mean the same on DuckDB
-and PostgreSQL, filtered aggregates, and the dtype coercion that makes both dialects' results
-alike. Only constants of these modules are formatted into SQL; values are bound parameters.
+"""SQL building blocks shared by the store's read modules (``runs``, ``run_figures``,
+``requests``, ``request_stats``, ``samples``, ``sample_timelines``): percentile aggregates that
+mean the same on DuckDB and PostgreSQL, filtered aggregates, statements with list parameters, and
+the dtype coercion that makes both dialects' results alike. Only constants of these modules are
+formatted into SQL; values are bound parameters.
 """
 
 from __future__ import annotations
@@ -11,6 +12,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import pandas as pd
+import sqlalchemy as sa
+
+from errors import InputError
 
 #: Percentiles (fractions) reported per run in run_detail / run_itl_summary.
 DETAIL_QUANTILES: Final[tuple[float, ...]] = (0.5, 0.9, 0.95, 0.99)
@@ -31,7 +35,7 @@ OK: Final = "q.status = 'ok'"
 # --- SQL building blocks ---------------------------------------------------------------------
 
 
-def _pcts(dialect: str, expr: str, qs: Sequence[float], cond: str | None = None) -> list[str]:
+def pcts(dialect: str, expr: str, qs: Sequence[float], cond: str | None = None) -> list[str]:
     """Continuous (linearly interpolated) percentiles of ``expr``, one SQL expression per q.
 
     The expressions share one aggregate over the whole list of fractions (DuckDB
@@ -46,15 +50,16 @@ def _pcts(dialect: str, expr: str, qs: Sequence[float], cond: str | None = None)
         agg = f"percentile_cont(ARRAY[{listed}]::double precision[]) WITHIN GROUP (ORDER BY {expr})"
     else:  # duckdb
         agg = f"quantile_cont({expr}, [{listed}])"
-    agg = _filtered(agg, cond)
+    agg = filtered(agg, cond)
     return [f"({agg})[{i}]" for i in range(1, len(qs) + 1)]
 
 
-def _filtered(agg: str, cond: str | None) -> str:
+def filtered(agg: str, cond: str | None) -> str:
+    """``agg FILTER (WHERE cond)``, or ``agg`` when there is no condition."""
     return agg + (f" FILTER (WHERE {cond})" if cond else "")
 
 
-def _dist_columns(
+def dist_columns(
     dialect: str,
     expr: str,
     prefix: str,
@@ -63,38 +68,21 @@ def _dist_columns(
 ) -> list[str]:
     """``{prefix}_n, {prefix}_mean_ms, {prefix}_p50_ms …`` aggregate columns over ``expr`` (ms)."""
     cols = [
-        f"{_filtered(f'COUNT({expr})', cond)} AS {prefix}_n",
-        f"{_filtered(f'AVG({expr})', cond)} AS {prefix}_mean_ms",
+        f"{filtered(f'COUNT({expr})', cond)} AS {prefix}_n",
+        f"{filtered(f'AVG({expr})', cond)} AS {prefix}_mean_ms",
     ]
-    for q, pct in zip(quantiles, _pcts(dialect, expr, quantiles, cond), strict=True):
-        cols.append(f"{pct} AS {prefix}_{_qname(q)}_ms")
+    for q, pct in zip(quantiles, pcts(dialect, expr, quantiles, cond), strict=True):
+        cols.append(f"{pct} AS {prefix}_{qname(q)}_ms")
     return cols
 
 
-def _qname(q: float) -> str:
+def qname(q: float) -> str:
     """0.5 → p50, 0.99 → p99, 0.999 → p99_9."""
     text = f"{q * 100:.3f}".rstrip("0").rstrip(".")
     return "p" + text.replace(".", "_")
 
 
-#: Throughput (ARCHITECTURE §5) over a relation ``j`` with ok, input_tokens, output_tokens,
-#: gpu_count and run_duration_s: successful requests and their tokens per second of the run.
-THROUGHPUT_COLUMNS: Final = """
-    CAST(COALESCE(j.ok, 0) AS DOUBLE PRECISION) / j.run_duration_s AS request_throughput,
-    CAST(COALESCE(j.output_tokens, 0) AS DOUBLE PRECISION) / j.run_duration_s
-        AS output_throughput,
-    CAST(COALESCE(j.input_tokens, 0) + COALESCE(j.output_tokens, 0) AS DOUBLE PRECISION)
-        / j.run_duration_s AS total_token_throughput,
-    CAST(COALESCE(j.output_tokens, 0) AS DOUBLE PRECISION)
-        / j.run_duration_s / NULLIF(j.gpu_count, 0) AS output_throughput_per_gpu"""
-
-_DURATION: Final = (
-    "COALESCE(NULLIF(r.duration_s, 0), NULLIF(r.ended_at - r.started_at, 0), "
-    "NULLIF(a.last_done - a.first_sent, 0))"
-)
-
-
-def _coerce(
+def coerce(
     df: pd.DataFrame, *, ints: Sequence[str] = (), bools: Sequence[str] = ()
 ) -> pd.DataFrame:
     """Give both dialects' results the same dtypes: ints (NULL → 0), bools (nullable), floats."""
@@ -114,7 +102,8 @@ def _coerce(
     return df
 
 
-def _json_object(value: Any) -> dict[str, Any] | None:
+def json_object(value: Any) -> dict[str, Any] | None:
+    """A JSON object column value (text or already decoded) as a dict; None otherwise."""
     if isinstance(value, dict):
         return value
     if not isinstance(value, str) or not value:
@@ -124,3 +113,27 @@ def _json_object(value: Any) -> dict[str, Any] | None:
     except json.JSONDecodeError:
         return None
     return parsed if isinstance(parsed, dict) else None
+
+
+def with_lists(sql: str, *names: str) -> sa.TextClause:
+    """``sql`` as a statement whose ``:names`` (default ``:run_ids``) take a list (``IN :name``)."""
+    stmt = sa.text(sql)
+    for name in names or ("run_ids",):
+        stmt = stmt.bindparams(sa.bindparam(name, expanding=True))
+    return stmt
+
+
+#: Most runs one read compares.
+#: Most runs one read compares side by side.
+MAX_RUNS: Final = 200
+
+
+def distinct_ids(run_ids: Sequence[str]) -> list[str]:
+    """``run_ids`` without repeats, in order; an InputError past :data:`MAX_RUNS`."""
+    ids = list(dict.fromkeys(str(r) for r in run_ids))
+    if len(ids) > MAX_RUNS:
+        raise InputError(
+            f"{len(ids)} runs selected; compare at most {MAX_RUNS}",
+            hint="narrow the selection (e.g. one sweep or one model)",
+        )
+    return ids

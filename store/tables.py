@@ -21,11 +21,3 @@ def table_counts(store: Store) -> dict[str, int]:
                 conn.execute(sa.select(sa.func.count()).select_from(table)).scalar() or 0
             )
     return counts
-
-
-def run_ids(store: Store) -> list[str]:
-    """Every stored run's id, oldest first (for `servescope db prepare`)."""
-    df = store.read_df(
-        "SELECT run_id FROM runs ORDER BY COALESCE(started_at, created_at) NULLS FIRST, run_id"
-    )
-    return [str(r) for r in df["run_id"]]

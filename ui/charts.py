@@ -1,6 +1,6 @@
 """Pure Plotly figure builders over DataFrames (ARCHITECTURE §3, §11.8). No Streamlit, no I/O.
 
-Distributions are drawn from a sample (``store.queries.run_metric_sample``: one ``value``
+Distributions are drawn from a sample (``store.request_rows.run_metric_sample``: one ``value``
 column); the histogram is binned here, so the figure carries bin counts rather than every value,
 and a long tail beyond P99.5 is summarised in the title instead of squashing the bins.
 """

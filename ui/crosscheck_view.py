@@ -1,7 +1,10 @@
 """Run detail, imported runs: our figures beside the tool's own, and aggregates-only runs.
 
 ``crosscheck_table`` / ``aggregates_table`` are pure (DataFrame in, display DataFrame out);
-``tool_summary`` reads through ``ui.cache``; ``show_*`` render.
+``show_*`` render. What the views compute — the tool's summary, the aggregates-only flag, the
+comparison — is in ``services.views.imported_runs`` and ``analysis.crosscheck``;
+``tool_summary`` and ``is_aggregates_only`` are kept here for the pages' helpers that still
+read them directly.
 """
 
 from __future__ import annotations
@@ -14,26 +17,9 @@ import pandas as pd
 import streamlit as st
 
 from analysis import crosscheck
+from services.views import imported_runs
 from ui import cache, display
 
-METRIC_LABELS: Final[Mapping[str, str]] = {
-    "ttft_ms": "TTFT",
-    "tpot_ms": "TPOT",
-    "itl_ms": "ITL",
-    "e2e_ms": "E2E",
-    "request_throughput": "Request throughput (req/s)",
-    "output_throughput": "Output throughput (tok/s)",
-    "total_token_throughput": "Total token throughput (tok/s)",
-    "request_goodput": "Request goodput (req/s)",
-    "input_throughput": "Input throughput (tok/s)",
-    "completed": "Completed requests",
-    "failed": "Failed requests",
-    "error_rate": "Error rate",
-    "total_input_tokens": "Input tokens",
-    "total_output_tokens": "Output tokens",
-    "duration_s": "Duration (s)",
-    "concurrency": "Concurrency",
-}
 STAT_LABELS: Final[Mapping[str, str]] = {
     "mean": "mean",
     "p50": "P50",
@@ -45,7 +31,7 @@ STAT_LABELS: Final[Mapping[str, str]] = {
 
 def figure_label(metric: str, stat: str) -> str:
     """``ttft_ms``, ``p99`` → ``TTFT P99 (ms)``; a scalar → its label."""
-    name = METRIC_LABELS.get(metric, metric)
+    name = display.METRIC_LABELS.get(metric, metric)
     if not stat:
         return name
     return f"{name} {STAT_LABELS.get(stat, stat)} (ms)"
@@ -59,27 +45,21 @@ def _diff_text(diff_pct: float) -> str:
     return f"{diff_pct:+.1f}%"
 
 
-def tool_summary(run_id: str) -> tuple[str, dict[str, Any] | None]:
-    """The run's source and decoded ``tool_summary`` (None for runs that have none)."""
-    df = cache.run_tool_summary(run_id)
-    if df.empty:
-        return "", None
-    row = display.first_row(df)
-    summary = row.get("tool_summary")
-    return str(row.get("source") or ""), summary if isinstance(summary, dict) else None
+def tool_summary(run_id: str) -> tuple[str, Mapping[str, Any] | None]:
+    """The run's source and decoded ``tool_summary`` (None for runs that have none), cached
+    (``services.views.imported_runs.tool_summary``)."""
+    tool = cache.tool_summary(run_id)
+    return tool.source, tool.summary
 
 
-def is_aggregates_only(detail: Mapping[str, Any], summary: Mapping[str, Any] | None) -> bool:
-    """A run holding only the tool's aggregates: flagged so, and no request rows."""
-    requests = detail.get("requests")
-    no_rows = requests is None or display.is_missing(requests) or int(requests) == 0
-    return no_rows and crosscheck.is_aggregates_only(summary)
+#: A run holding only the tool's aggregates (``services.views.imported_runs``).
+is_aggregates_only = imported_runs.is_aggregates_only
 
 
 def crosscheck_table(compared: pd.DataFrame) -> pd.DataFrame:
     """``crosscheck.compare``'s frame for display: labels, rounded figures, a flag column."""
     against = [
-        "" if ours == metric else f"our {METRIC_LABELS.get(ours, ours)}"
+        "" if ours == metric else f"our {display.METRIC_LABELS.get(ours, ours)}"
         for metric, ours in zip(compared["metric"], compared["ours_metric"], strict=True)
     ]
     return pd.DataFrame(
@@ -125,17 +105,10 @@ def show_aggregates_only(source: str, summary: Mapping[str, Any] | None) -> None
         st.dataframe(table, hide_index=True, key="tool_aggregates_table")
 
 
-def show_crosscheck(
-    source: str,
-    summary: Mapping[str, Any] | None,
-    detail: Mapping[str, Any],
-    itl: Mapping[str, Any] | None,
-) -> None:
-    """Ours beside the tool's own figures, differences over 1% marked with the known reason."""
-    if not summary:
-        return
-    compared = crosscheck.compare(summary, crosscheck.our_figures(detail, itl), source or None)
-    if compared.empty:
+def show_crosscheck(compared: pd.DataFrame, summary: Mapping[str, Any] | None) -> None:
+    """Ours beside the tool's own figures (``compared``: ``crosscheck.compare``'s frame, empty
+    when there is nothing to compare), differences over 1% marked with the known reason."""
+    if not summary or compared.empty:
         return
     st.subheader("Ours vs the tool's")
     differing = int(compared["differs"].sum())

@@ -1,54 +1,47 @@
-"""Helpers of the Data page: import uploads, list and filter runs, rename, tag, delete, download.
+"""The Data page's widgets and actions: its selection (the filter widgets), imports of uploaded
+files, renames, tags, deletions and downloads.
 
-Reads go through ``store.data_queries`` and writes through ``store.ingest`` with a short-lived
-store per call (ARCHITECTURE §4: never a cached connection); every write clears the page caches
-so the next read sees it.
+Every action opens a short-lived store (``services.store_session``; never a cached connection)
+and goes through ``services``; every write clears the page caches so the next view reads it.
 """
 
 from __future__ import annotations
 
-import io
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
 
 import pandas as pd
 import streamlit as st
 
-import settings
-from collectors.importers import FileReport, ImportOptions, Source, import_sources
-from services.commands import prepare
-from store import data_queries, ingest
-from store.db import Store
+from services import run_edits, uploads
+from services.store_session import short_lived_store
+from services.views import data
+from ui import cache
 
 #: Streamlit's own upload limit (server.maxUploadSize, 200 MB by default); stated on the page.
-MAX_UPLOAD_MB = 200
-DOWNLOAD_FORMATS = ("csv", "parquet")
+MAX_UPLOAD_MB: Final = 200
+DOWNLOAD_FORMATS: Final = data.DOWNLOAD_FORMATS
+
+#: The filter widgets' keys.
+SOURCE_KEY: Final = "data_f_source"
+FRAMEWORK_KEY: Final = "data_f_framework"
+MODEL_KEY: Final = "data_f_model"
+TAG_KEY: Final = "data_f_tag"
 
 
-class Upload(Protocol):
-    """What the page hands over: Streamlit's UploadedFile (name + bytes)."""
-
-    name: str
-
-    def getvalue(self) -> bytes: ...
-
-
-@contextmanager
-def _store() -> Iterator[Store]:
-    store = Store.open(settings.db_url())
-    try:
-        yield store
-    finally:
-        store.dispose()
-
-
-def _changed() -> None:
-    st.cache_data.clear()
+def selection() -> data.DataSelection:
+    """The listing's filters as the widgets hold them (their values are set before a rerun)."""
+    state = st.session_state
+    return data.DataSelection.from_filters(
+        sources=state.get(SOURCE_KEY),
+        frameworks=state.get(FRAMEWORK_KEY),
+        models=state.get(MODEL_KEY),
+        tag=state.get(TAG_KEY),
+    )
 
 
 def import_uploads(
-    files: Sequence[Upload],
+    files: Sequence[uploads.Upload],
     *,
     framework: str = "",
     model: str = "",
@@ -56,110 +49,50 @@ def import_uploads(
     gpu_count: int = 0,
     tags: str = "",
     progress: Callable[[int, int, str], object] | None = None,
-) -> list[FileReport]:
-    """Import uploaded files (one unit each, pairs paired) and return the reports."""
-    options = ImportOptions(
-        framework=framework.strip() or None,
-        model=model.strip() or None,
-        gpu_name=gpu_name.strip() or None,
-        gpu_count=gpu_count or None,
-        tags=parse_tags(tags),
-    )
-    sources = [(Source.from_bytes(f.name, f.getvalue()), True) for f in files]
-    with _store() as store:
-        reports = import_sources(store, sources, options, progress=progress)
-        # the new runs' summaries (and large runs' page views), so the first view is quick
-        prepare.prepare(store, [rid for r in reports for rid in r.run_ids])
-    _changed()
-    return reports
-
-
-def reports_frame(reports: Sequence[FileReport]) -> pd.DataFrame:
-    """The import summary as a table: file → format, runs, requests, notes."""
-    rows = [
-        {
-            "file": r.path,
-            "format": r.format or "",
-            "runs": r.runs,
-            "requests": r.requests,
-            "samples": r.samples,
-            "result": f"FAILED: {r.error}" if r.error else "; ".join(dict.fromkeys(r.warnings)),
-        }
-        for r in reports
-    ]
-    return pd.DataFrame(rows, columns=["file", "format", "runs", "requests", "samples", "result"])
-
-
-def parse_tags(text: str) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
-
-
-def filter_choices() -> dict[str, list[str]]:
-    with _store() as store:
-        return data_queries.filter_choices(store)
-
-
-def runs_table(
-    sources: Sequence[str] = (),
-    frameworks: Sequence[str] = (),
-    models: Sequence[str] = (),
-    tag: str | None = None,
 ) -> pd.DataFrame:
-    """Runs for the listing, with readable columns (tags joined, start as UTC time)."""
-    with _store() as store:
-        df = data_queries.runs_listing(
-            store, sources=sources, frameworks=frameworks, models=models, tag=tag
+    """Import uploaded files (one unit each, pairs paired); the import summary as a table."""
+    with short_lived_store() as store:
+        reports = uploads.import_uploads(
+            store,
+            files,
+            framework=framework,
+            model=model,
+            gpu_name=gpu_name,
+            gpu_count=gpu_count,
+            tags=tags,
+            progress=progress,
         )
-    if df.empty:
-        return df
-    out = df.copy()
-    out["tags"] = out["tags"].map(", ".join)
-    started = pd.to_numeric(out["started_at"].fillna(out["created_at"]), errors="coerce")
-    out["started"] = pd.to_datetime(started, unit="s", utc=True).dt.strftime("%Y-%m-%d %H:%M")
-    cols = [
-        "run_id",
-        "name",
-        "source",
-        "framework",
-        "model",
-        "gpu_name",
-        "requests",
-        "aggregates_only",
-        "tags",
-        "started",
-        "notes",
-    ]
-    return out[cols]
+    cache.clear()
+    return uploads.reports_table(reports)
 
 
 def run_label(row: Mapping[Any, Any]) -> str:
+    """How the run picker names a listed run: its name and id."""
     return f"{row['name']}  ({row['run_id']})"
 
 
 def rename_run(run_id: str, name: str) -> None:
-    with _store() as store:
-        ingest.update_run(store, run_id, name=name.strip())
-    _changed()
+    """Give the run a new name."""
+    with short_lived_store() as store:
+        run_edits.rename_run(store, run_id, name)
+    cache.clear()
 
 
 def set_tags(run_id: str, tags: str) -> None:
-    with _store() as store:
-        ingest.update_run(store, run_id, tags=list(parse_tags(tags)))
-    _changed()
+    """Replace the run's tags with the comma-separated ``tags``."""
+    with short_lived_store() as store:
+        run_edits.set_tags(store, run_id, tags)
+    cache.clear()
 
 
 def delete_run(run_id: str) -> None:
-    with _store() as store:
-        ingest.delete_run(store, run_id)
-    _changed()
+    """Delete the run with its requests."""
+    with short_lived_store() as store:
+        run_edits.delete_run(store, run_id)
+    cache.clear()
 
 
 def requests_download(run_id: str, fmt: str) -> bytes:
-    """A run's request rows as CSV or Parquet bytes."""
-    with _store() as store:
-        df = data_queries.run_requests_all(store, run_id)
-    if fmt == "csv":
-        return df.to_csv(index=False).encode("utf-8")
-    buf = io.BytesIO()
-    df.to_parquet(buf, index=False)
-    return buf.getvalue()
+    """A run's request rows as CSV or Parquet bytes (read when the button is pressed)."""
+    with short_lived_store() as store:
+        return data.requests_download(store, run_id, fmt)

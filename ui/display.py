@@ -10,13 +10,33 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 import pandas as pd
 
 from analysis.metrics import low_confidence
 
 _MD_SPECIAL = re.compile(r"([!-/:-@\[-`{-~])")
+
+#: How the dashboard names a metric (latencies by their short name, figures in words).
+METRIC_LABELS: Final[Mapping[str, str]] = {
+    "ttft_ms": "TTFT",
+    "tpot_ms": "TPOT",
+    "itl_ms": "ITL",
+    "e2e_ms": "E2E",
+    "request_throughput": "Request throughput (req/s)",
+    "output_throughput": "Output throughput (tok/s)",
+    "total_token_throughput": "Total token throughput (tok/s)",
+    "request_goodput": "Request goodput (req/s)",
+    "input_throughput": "Input throughput (tok/s)",
+    "completed": "Completed requests",
+    "failed": "Failed requests",
+    "error_rate": "Error rate",
+    "total_input_tokens": "Input tokens",
+    "total_output_tokens": "Output tokens",
+    "duration_s": "Duration (s)",
+    "concurrency": "Concurrency",
+}
 
 EMPTY_STORE_COMMANDS = (
     "servescope demo",
@@ -103,9 +123,13 @@ def first_row(df: pd.DataFrame) -> dict[str, Any]:
     return rows[0] if rows else {}
 
 
-def run_choices(latest: pd.DataFrame) -> dict[str, str]:
-    """Run id → picker label for every row of ``latest_runs``, in order."""
-    return {str(row["run_id"]): run_label(row) for row in records(latest)}
+def run_choices(latest: pd.DataFrame, first: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """Run id → picker label for every row of ``latest_runs``, in order; ``first``: a run's row
+    (with its ``run_id``) offered before them, e.g. an older run a link asked for."""
+    choices = {str(row["run_id"]): run_label(row) for row in records(latest)}
+    if first is not None:
+        choices = {str(first["run_id"]): run_label(first), **choices}
+    return choices
 
 
 def _text(value: Any) -> str:

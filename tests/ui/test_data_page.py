@@ -8,7 +8,7 @@ import pandas as pd
 from streamlit.testing.v1 import AppTest
 
 from collectors.importers import import_paths
-from store import data_queries
+from store import runs_table
 from store.db import Store
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,10 +61,10 @@ def test_rename_tag_and_delete_with_confirmation(db_url: str) -> None:
     at.text_input(key=f"data_tags_{run_id}").input("a, b")
     at.button(key="data_save_tags").click().run()
     store = Store.open(db_url)
-    record = data_queries.run_record(store, run_id)
+    record = runs_table.run_record(store, run_id)
     assert record is not None and record["name"] == "renamed run" and record["tags"] == ["a", "b"]
     assert at.button(key="data_delete").disabled  # confirmation first
     at.checkbox(key="data_confirm").check().run()
     at.button(key="data_delete").click().run()
     assert not at.exception
-    assert data_queries.run_record(store, run_id) is None
+    assert runs_table.run_record(store, run_id) is None
