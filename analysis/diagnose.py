@@ -21,12 +21,15 @@ No finding without evidence: each rule needs its inputs and says nothing when th
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Final
 
 import numpy as np
 import pandas as pd
 
-from analysis.latency import KV_FULL, Trend, trend_too_short, trend_window_need
+from analysis.buckets import assign_buckets, bucket_labels
+from analysis.latency import KV_FULL, Trend, trend, trend_too_short, trend_window_need
 
 #: Rule 1: the share of engine samples with KV usage ≥ KV_FULL that counts as saturated.
 KV_SATURATED_SHARE = 0.10
@@ -367,3 +370,127 @@ def missing_inputs(inp: DiagnosisInput) -> list[str]:
         longest = max(t.span_s for t in trends)
         out.append(f"a long enough window for a trend (rule 4): {trend_window_need(longest)}")
     return out
+
+
+# --- the rules' inputs, from what the Latency page reads ---------------------------------------
+
+
+def _number(value: object) -> float | None:
+    """``value`` as a float; None for None, pandas' NA and NaN."""
+    if value is None or value is pd.NA:
+        return None
+    number = float(value)  # type: ignore[arg-type]
+    return None if math.isnan(number) else number
+
+
+def heatmap_ttft(heatmap: pd.DataFrame) -> dict[str, float | None]:
+    """The whole selection's TTFT from ``ttft_heatmap``'s row with bucket −1 and window −1 (the
+    keys of ``ttft_summary``: ttft_mean_ms, ttft_p50_ms, ttft_p99_ms); {} when it has none."""
+    if heatmap.empty:
+        return {}
+    whole = heatmap[(heatmap["bucket"] < 0) & (heatmap["window"] < 0)]
+    if whole.empty:
+        return {}
+    row = whole.iloc[0]
+    return {f"ttft_{key}": _number(row[key]) for key in ("mean_ms", "p50_ms", "p99_ms")}
+
+
+def input_buckets(
+    ttft_by_input: pd.DataFrame, edges: Sequence[int], sample: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """Rule 2's buckets: TTFT per input-length bucket (``bucket_latency`` rows of ttft_ms, by
+    input) as bucket (label), n, p50_ms, p99_ms, plus median_input (tokens) from the successful
+    requests of ``sample`` when there is one."""
+    labels = bucket_labels(edges)
+    ttft = ttft_by_input[ttft_by_input["metric"] == "ttft_ms"]
+    buckets = pd.DataFrame(
+        {
+            "bucket": [labels[int(b)] for b in ttft["bucket"]],
+            "n": ttft["n"].to_numpy(),
+            "p50_ms": ttft["p50_ms"].to_numpy(),
+            "p99_ms": ttft["p99_ms"].to_numpy(),
+        }
+    )
+    if sample is not None and not sample.empty and not buckets.empty:
+        ok = sample[(sample["status"] == "ok") & sample["input_tokens"].notna()]
+        medians = ok.groupby(assign_buckets(ok["input_tokens"], edges), observed=True)[
+            "input_tokens"
+        ].median()
+        buckets["median_input"] = [float(medians.get(b, float("nan"))) for b in buckets["bucket"]]
+    return buckets
+
+
+def ttft_over_time(heatmap: pd.DataFrame | None, *, t0: float, window_s: float) -> pd.DataFrame:
+    """TTFT P50 per time window (columns window_start, ttft_p50_ms) from ``ttft_heatmap``'s
+    per-window rows (bucket −1); windows are ``window_s`` long from ``t0``. Empty without a
+    heatmap."""
+    if heatmap is None or heatmap.empty:
+        return pd.DataFrame(
+            {"window_start": pd.Series(dtype="float64"), "ttft_p50_ms": pd.Series(dtype="float64")}
+        )
+    per_window = heatmap[(heatmap["bucket"] < 0) & (heatmap["window"] >= 0)]
+    return pd.DataFrame(
+        {
+            "window_start": t0 + per_window["window"].astype("float64") * window_s,
+            "ttft_p50_ms": per_window["p50_ms"].astype("float64"),
+        }
+    ).reset_index(drop=True)
+
+
+LOAD_COLUMNS: Final = (
+    "run_id",
+    "load",
+    "concurrency",
+    "throughput",
+    "output_throughput",
+    "client_bound",
+    "gpu_util",
+    "kv_max",
+    "running_max",
+)
+
+
+def load_points(levels: pd.DataFrame, states: pd.DataFrame) -> pd.DataFrame:
+    """Rule 3's load levels: the series' ``load_levels`` beside each run's ``run_states`` (same
+    runs, same order): run_id, load, concurrency, throughput (= output_throughput, tokens/s),
+    client_bound, gpu_util, kv_max, running_max."""
+    if levels.empty:
+        return pd.DataFrame(columns=list(LOAD_COLUMNS))
+    return pd.DataFrame(
+        {
+            "run_id": levels["run_id"],
+            "load": levels["load"],
+            "concurrency": pd.to_numeric(levels["concurrency"]).astype("float64"),
+            "throughput": levels["output_throughput"],
+            "output_throughput": levels["output_throughput"],
+            "client_bound": levels["client_bound"].fillna(False).astype(bool),
+            "gpu_util": states["gpu_util"].to_numpy(),
+            "kv_max": states["kv_max"].to_numpy(),
+            "running_max": states["running_max"].to_numpy(),
+        }
+    )
+
+
+def diagnosis_input(
+    *,
+    ttft: Mapping[str, object],
+    buckets: pd.DataFrame,
+    timeline: pd.DataFrame,
+    engine: pd.DataFrame | None,
+    load: pd.DataFrame,
+) -> DiagnosisInput:
+    """What the four rules look at: the selection's TTFT (``ttft``: ttft_p50_ms, ttft_mean_ms,
+    ttft_p99_ms, as :func:`heatmap_ttft` or ``ttft_summary`` give them), its input buckets
+    (:func:`input_buckets`), TTFT P50 over time (:func:`ttft_over_time`, whose trend rule 4
+    judges), the engine series and the series' load levels (:func:`load_points`)."""
+    return DiagnosisInput(
+        engine=engine if engine is not None and not engine.empty else None,
+        ttft_p50_ms=_number(ttft.get("ttft_p50_ms")),
+        ttft_mean_ms=_number(ttft.get("ttft_mean_ms")),
+        ttft_p99_ms=_number(ttft.get("ttft_p99_ms")),
+        buckets=buckets if not buckets.empty else None,
+        load=load,
+        latency_trend=trend(
+            timeline["window_start"].to_numpy(), timeline["ttft_p50_ms"].to_numpy()
+        ),
+    )

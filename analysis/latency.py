@@ -32,6 +32,14 @@ MIN_FIT_POINTS = 5
 LIGHT_MAX_IN_FLIGHT = 2.0
 #: KV usage at or above this is "full" (0..1).
 KV_FULL = 0.9
+#: The percentiles shown per length bucket: (column of ``bucket_latency``, name, percentile).
+BUCKET_PERCENTILES: tuple[tuple[str, str, float], ...] = (
+    ("p50_ms", "P50", 50.0),
+    ("p90_ms", "P90", 90.0),
+    ("p95_ms", "P95", 95.0),
+    ("p99_ms", "P99", 99.0),
+    ("p99_9_ms", "P99.9", 99.9),
+)
 #: Two-sided 95 % Student t quantiles for 1..30 degrees of freedom (beyond: interpolated to 1.96).
 _T95 = (
     12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from analysis.latency import heatmap_window_s
 from errors import ServeScopeError
-from ui import latency_view
+from ui import display, latency_panels, state
+from ui.cache import latency as cache_latency
 from ui.errors import show_error
 
 st.title("Latency")
@@ -16,36 +16,30 @@ st.caption(
     "queueing and prefill, and a diagnosis. Selections are in the URL: share it."
 )
 
-run_id, choices = latency_view.pick_run(latency_view.show_empty)
-
 try:
-    if latency_view.aggregates_only(run_id):
-        st.stop()
-    requests, span = latency_view.run_span(run_id)
-    if requests == 0:
-        st.info(
-            "This run recorded no requests, so there is nothing to break down. Pick another "
-            "run, or measure one with `servescope bench` (see Home)."
-        )
-        st.stop()
-    sel = latency_view.controls(run_id, span)
-    by_input = latency_view.render_buckets(sel)
-    if span is None:
-        st.info(
-            "These requests carry no send times (an import without timestamps): the views "
-            "over time, the engine state at arrival, the TTFT split and trends need them."
-        )
-        latency_view.render_slowest(sel)
-        heat, sample, engine, t0, duration = None, None, None, 0.0, 1.0
-    else:
-        t0 = sel.window[0] if sel.window[0] is not None else span[0]
-        t1 = sel.window[1] if sel.window[1] is not None else span[1]
-        duration = max(t1 - t0, 1.0)
-        heat, sample, stride = latency_view.render_over_time(sel, t0, duration)
-        engine = latency_view.render_why(sel, sample, stride).engine
-    evidence = latency_view.diagnosis_input(
-        sel, by_input, heat, engine, sample, t0=t0, window_s=heatmap_window_s(duration)
-    )
-    latency_view.render_diagnosis(evidence)
+    view = cache_latency.latency_view(latency_panels.selection())
 except ServeScopeError as exc:
     show_error(exc)
+    st.stop()
+if view.run_id is None:
+    state.show_no_runs()
+    st.stop()
+state.resolved_run_picker(view.run_id, display.run_choices(view.runs))
+if view.aggregates_only:
+    latency_panels.show_aggregates_only(view)
+    st.stop()
+if view.requests == 0:
+    latency_panels.show_no_requests()
+    st.stop()
+latency_panels.controls(view)
+latency_panels.render_buckets(view)
+if view.over_time is None:
+    latency_panels.show_no_send_times()
+else:
+    latency_panels.render_over_time(view, view.over_time)
+if view.slowest is not None:
+    latency_panels.render_slowest(view.slowest)
+if view.prefill is not None:
+    latency_panels.render_prefill(view, view.prefill)
+if view.diagnosis is not None:
+    latency_panels.render_diagnosis(view, view.diagnosis)

@@ -15,18 +15,10 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from analysis.latency import Trend, trend_too_short
+from analysis.latency import BUCKET_PERCENTILES, Trend, trend_too_short
 from analysis.metrics import low_confidence
 
 MARGIN = {"l": 10, "r": 10, "t": 40, "b": 10}
-#: (column, legend name, percentile) of the bars per bucket.
-BUCKET_PCTS: tuple[tuple[str, str, float], ...] = (
-    ("p50_ms", "P50", 50.0),
-    ("p90_ms", "P90", 90.0),
-    ("p95_ms", "P95", 95.0),
-    ("p99_ms", "P99", 99.0),
-    ("p99_9_ms", "P99.9", 99.9),
-)
 STATUS_COLOURS = {"ok": "#2e7d32", "error": "#c62828", "timeout": "#ef6c00", "cancelled": "#757575"}
 
 
@@ -59,7 +51,7 @@ def bucket_percentiles(df: pd.DataFrame, labels: Sequence[str], metric: str) -> 
     x = [bucket_label(labels[int(b)], int(n)) for b, n in zip(df["bucket"], df["n"], strict=True)]
     low = [low_confidence(99.0, int(n)) for n in df["n"]]
     fig = go.Figure()
-    for col, name, _ in BUCKET_PCTS:
+    for col, name, _ in BUCKET_PERCENTILES:
         fig.add_trace(
             go.Bar(
                 x=x,
