@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from errors import ServeScopeError
-from ui import display, memory_view
+from ui import display, memory_view, state
 from ui.cache import memory as cache_memory
 from ui.errors import show_error
 
@@ -23,10 +23,10 @@ except ServeScopeError as exc:
     show_error(exc)
     st.stop()
 if view.run_id is None:
-    memory_view.show_empty()
+    state.show_no_runs()
     st.stop()
 choices = display.run_choices(view.runs)
-memory_view.run_picker(view, choices)
+state.resolved_run_picker(view.run_id, choices)
 if view.span is None:
     memory_view.show_no_span()
     st.stop()

@@ -55,23 +55,6 @@ def selection() -> MemorySelection:
     )
 
 
-def show_empty() -> None:
-    """An empty store: the commands that fill it."""
-    st.info("The store holds no runs yet. Fill it with one of these commands:")
-    st.code("\n".join(display.EMPTY_STORE_COMMANDS), language="bash")
-    st.caption(
-        "`servescope demo` measures three simulated engines at concurrency 1, 8 and 32 and "
-        "records their /metrics, so every part of this page has data."
-    )
-
-
-def run_picker(view: MemoryView, choices: dict[str, str]) -> None:
-    """The run picker (``run_select``, ``?run=``) showing the run the view was built for."""
-    if st.session_state.get(state.RUN_WIDGET_KEY) != view.run_id:
-        state.set_run(view.run_id)
-    state.run_picker(choices)
-
-
 def show_no_span() -> None:
     st.info(
         "This run recorded no start or end time and no requests, so there is no span to "
