@@ -2,7 +2,7 @@
 
 One module per format, registered in ``registry.FORMATS``; detection by content; every
 per-request metric recomputed with our definitions, the tool's own aggregates kept in
-``runs.tool_summary``.
+``runs.tool_summary``. The ``servescope import`` command is ``services.commands.imports``.
 """
 
 from __future__ import annotations

@@ -9,7 +9,9 @@ Modules, from the wire up:
 - ``engine``: the measuring loop of one process; ``worker``: its process entry point;
 - ``results``: rows for the store, live statistics, the client-bound verdict;
 - ``runner``: ``run_benchmark(config, store)`` — discovery, calibration, one run per level;
-- ``config``: ``BenchConfig``; ``command``: the ``bench`` subcommand; ``progress``: the bar.
+- ``config``: ``BenchConfig``; ``progress``: the bar.
+
+The ``servescope bench`` command (its flags, exit codes) is ``services.commands.bench``.
 
 This package imports nothing eagerly, so worker processes start without the store stack.
 """

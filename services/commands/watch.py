@@ -13,11 +13,10 @@ import argparse
 import re
 import sys
 import time
-from collections.abc import Sequence
 from typing import TextIO
 
-from collectors import watch as watch_mod
-from errors import ExitCode, InputError, ServeScopeError
+from collectors import watch
+from errors import ExitCode, InputError
 
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -79,7 +78,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument(
         "--raw",
-        choices=watch_mod.RAW_MODES,
+        choices=watch.RAW_MODES,
         default="engine",
         help="raw series kept: the engine's (and DCGM's) families (default), all, or none",
     )
@@ -97,7 +96,7 @@ class _StatusPrinter:
         self._last = 0.0
         self._width = 0
 
-    def __call__(self, watcher: watch_mod.Watcher) -> None:
+    def __call__(self, watcher: watch.Watcher) -> None:
         line = watcher.status_line()
         if self.tty:
             pad = max(0, self._width - len(line))
@@ -125,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
             "nothing to watch",
             hint="give --metrics URL..., --dcgm URL..., --gpu or --prometheus URL",
         )
-    spec = watch_mod.SourceSpec(
+    spec = watch.SourceSpec(
         metrics_urls=args.metrics,
         dcgm_urls=args.dcgm,
         gpu=bool(args.gpu),
@@ -138,9 +137,9 @@ def run(args: argparse.Namespace) -> int:
     printer = _StatusPrinter(out)
     print(f"servescope watch → {store.url}  (Ctrl-C stops)", file=out, flush=True)
     writer = BufferedWriter(store, background=True)
-    watcher: watch_mod.Watcher | None = None
+    watcher: watch.Watcher | None = None
     try:
-        watcher = watch_mod.watch(
+        watcher = watch.watch(
             writer,
             spec,
             interval_s=args.interval,
@@ -181,22 +180,3 @@ def run(args: argparse.Namespace) -> int:
         )
         return ExitCode.FAILED
     return ExitCode.SPOOLED if rows_left else ExitCode.OK
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m services.commands.watch [flags]``: the same as ``servescope watch [flags]``."""
-    parser = argparse.ArgumentParser(prog="python -m services.commands.watch")
-    sub = parser.add_subparsers(dest="command")
-    register(sub)
-    args = parser.parse_args(["watch", *(argv if argv is not None else sys.argv[1:])])
-    try:
-        return run(args)
-    except ServeScopeError as exc:
-        print(f"servescope: error: {exc.message}", file=sys.stderr)
-        if exc.hint:
-            print(f"  hint: {exc.hint}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

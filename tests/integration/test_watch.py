@@ -17,7 +17,7 @@ import pytest
 from collectors import watch
 from sim.engine import EngineConfig
 from sim.server import SimHandle, start_in_thread
-from store import live_queries
+from store import sample_series
 from store.db import Store
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -80,11 +80,11 @@ def test_live_collection_stores_every_sample_of_the_sim(sim: SimHandle, live_db:
     (src,) = summary.sources
     assert src.engine == "sim" and src.errors == 0
     # zero lost samples: everything handed to the writer is in the store
-    counts = live_queries.sample_counts(store)
+    counts = sample_series.sample_counts(store)
     for table, added in summary.rows_added.items():
         assert counts[table] == added, table
     assert summary.rows_written == sum(summary.rows_added.values())
-    series = live_queries.engine_series(
+    series = sample_series.engine_series(
         store, since=0, metrics=["generation_tokens_total", "requests_finished_total"]
     )
     finished = series[series["metric"] == "requests_finished_total"].sort_values("ts")
@@ -92,11 +92,11 @@ def test_live_collection_stores_every_sample_of_the_sim(sim: SimHandle, live_db:
     tokens = series[series["metric"] == "generation_tokens_total"]["value"]
     assert tokens.max() - tokens.min() == 6 * 16
     # the sim's DCGM-style memory became a GPU row with bytes
-    gpus = live_queries.latest_gpu_state(store)
+    gpus = sample_series.latest_gpu_state(store)
     assert gpus["source"].tolist() == ["sim"]
     assert gpus["mem_total_bytes"].iloc[0] > gpus["mem_used_bytes"].iloc[0] > 1e9
     # histogram series were stored, label-free, and yield a TTFT percentile for the window
-    hist = live_queries.engine_histogram_series(store, target, "ttft_seconds", since=0)
+    hist = sample_series.engine_histogram_series(store, target, "ttft_seconds", since=0)
     from analysis import engine_series
 
     w = engine_series.histogram_windows(hist, "ttft_seconds", window_s=3600.0)
@@ -151,8 +151,8 @@ def test_resolve_metrics_url(sim: SimHandle) -> None:
 
 
 def _watch_cmd(db: str, *extra: str) -> list[str]:
-    # the same parser as `servescope watch` (cli.py registers services.commands.watch)
-    return [sys.executable, "-m", "services.commands.watch", "--db", db, *extra]
+    # `servescope watch` itself
+    return [sys.executable, "-m", "cli", "watch", "--db", db, *extra]
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
@@ -188,7 +188,7 @@ def test_watch_command_runs_for_its_duration(sim: SimHandle, live_db: str, tmp_p
     stored, added = (int(x.replace(",", "")) for x in last.split()[1:4:2])
     assert stored == added > 0
     store = Store.open(live_db)
-    assert live_queries.sample_counts(store)["engine_samples"] > 0
+    assert sample_series.sample_counts(store)["engine_samples"] > 0
     store.dispose()
 
 
@@ -208,7 +208,7 @@ def test_ctrl_c_flushes_and_exits_zero(sim: SimHandle, live_db: str, tmp_path: P
         store = Store.open(live_db, lock_timeout_s=30)
         try:
             wait_for(
-                lambda: live_queries.sample_counts(store)["engine_samples"] > 0,
+                lambda: sample_series.sample_counts(store)["engine_samples"] > 0,
                 what="the first flush",
             )
         finally:
@@ -224,7 +224,7 @@ def test_ctrl_c_flushes_and_exits_zero(sim: SimHandle, live_db: str, tmp_path: P
     stored, added = (int(x.replace(",", "")) for x in last.split()[1:4:2])
     assert stored == added > 0
     store = Store.open(live_db)
-    counts = live_queries.sample_counts(store)
+    counts = sample_series.sample_counts(store)
     assert sum(counts.values()) == added
     store.dispose()
 
@@ -243,7 +243,7 @@ def test_watch_needs_something_to_watch(live_db: str, tmp_path: Path) -> None:
 
 
 def test_run_live_sources_reads_what_the_bench_records(live_db: str) -> None:
-    from store import ingest
+    from store import ingest, sample_series
 
     store = Store.open(live_db)
     summary = {"targets": ["http://127.0.0.1:8000/metrics"], "hosts": ["sim@127.0.0.1:8000"]}
@@ -257,13 +257,13 @@ def test_run_live_sources_reads_what_the_bench_records(live_db: str) -> None:
         },
     )
     ingest.add_run(store, {"run_id": "r2", "started_at": 1.0})
-    assert live_queries.run_live_sources(store, "r1") == {
+    assert sample_series.run_live_sources(store, "r1") == {
         "started_at": 10.0,
         "ended_at": 20.0,
         **summary,
     }
-    assert live_queries.run_live_sources(store, "r2")["targets"] == []
-    assert live_queries.run_live_sources(store, "nope") == {}
+    assert sample_series.run_live_sources(store, "r2")["targets"] == []
+    assert sample_series.run_live_sources(store, "nope") == {}
     store.dispose()
 
 
