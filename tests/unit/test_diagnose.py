@@ -9,8 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import diagnose as dx
-from analysis import latency
+from analysis import diagnose, latency
 from analysis.latency import trend
 
 
@@ -33,8 +32,10 @@ def _engine(
 
 
 def test_kv_saturation_fires_with_full_kv_and_growing_queue() -> None:
-    inp = dx.DiagnosisInput(engine=_engine([0.5, 0.95, 0.97, 0.99], [0, 1, 4, 8], [0, 0, 1, 3]))
-    (f,) = dx.diagnose(inp)
+    inp = diagnose.DiagnosisInput(
+        engine=_engine([0.5, 0.95, 0.97, 0.99], [0, 1, 4, 8], [0, 0, 1, 3])
+    )
+    (f,) = diagnose.diagnose(inp)
     assert f.rule == 1 and f.chart == "kv_queue"
     assert f.evidence["peak KV usage"] == "99%"
     assert f.evidence["samples with KV ≥ 90%"] == "75% of 4"
@@ -46,14 +47,21 @@ def test_kv_saturation_fires_with_full_kv_and_growing_queue() -> None:
 
 def test_kv_saturation_silent_when_healthy_or_without_a_queue() -> None:
     assert (
-        dx.kv_saturation(dx.DiagnosisInput(engine=_engine([0.3, 0.4, 0.5, 0.4], [0, 2, 3, 4])))
+        diagnose.kv_saturation(
+            diagnose.DiagnosisInput(engine=_engine([0.3, 0.4, 0.5, 0.4], [0, 2, 3, 4]))
+        )
         is None
     )
     # full KV but nothing waits: the engine is just well used
-    assert dx.kv_saturation(dx.DiagnosisInput(engine=_engine([0.95] * 4, [0] * 4))) is None
+    assert (
+        diagnose.kv_saturation(diagnose.DiagnosisInput(engine=_engine([0.95] * 4, [0] * 4))) is None
+    )
     # full KV, a steady (not growing) queue and no preemptions
-    assert dx.kv_saturation(dx.DiagnosisInput(engine=_engine([0.95] * 4, [3, 3, 3, 3]))) is None
-    assert dx.kv_saturation(dx.DiagnosisInput()) is None
+    assert (
+        diagnose.kv_saturation(diagnose.DiagnosisInput(engine=_engine([0.95] * 4, [3, 3, 3, 3])))
+        is None
+    )
+    assert diagnose.kv_saturation(diagnose.DiagnosisInput()) is None
 
 
 # --- rule 2 ---------------------------------------------------------------------------------
@@ -72,10 +80,10 @@ def _buckets(short_p50: float, short_p99: float, long_median: float = 8000.0) ->
 
 
 def test_length_mixing_fires_on_a_heavy_tail_of_short_requests() -> None:
-    inp = dx.DiagnosisInput(
+    inp = diagnose.DiagnosisInput(
         ttft_p50_ms=50.0, ttft_mean_ms=80.0, ttft_p99_ms=1200.0, buckets=_buckets(40.0, 1100.0)
     )
-    (f,) = dx.diagnose(inp)
+    (f,) = diagnose.diagnose(inp)
     assert f.rule == 2 and f.chart == "buckets"
     assert "24.0× its median" in f.summary
     assert f.evidence["TTFT mean / P50 / P99"] == "80 ms / 50 ms / 1,200 ms"
@@ -85,17 +93,19 @@ def test_length_mixing_fires_on_a_heavy_tail_of_short_requests() -> None:
 
 
 def test_length_mixing_silent_when_tail_is_tight_or_lengths_similar() -> None:
-    tight = dx.DiagnosisInput(
+    tight = diagnose.DiagnosisInput(
         ttft_p50_ms=50.0, ttft_mean_ms=55.0, ttft_p99_ms=120.0, buckets=_buckets(40.0, 100.0)
     )
-    assert dx.tail_from_length_mixing(tight) is None
-    similar = dx.DiagnosisInput(
+    assert diagnose.tail_from_length_mixing(tight) is None
+    similar = diagnose.DiagnosisInput(
         ttft_p50_ms=50.0, ttft_p99_ms=1200.0, buckets=_buckets(40.0, 1100.0, long_median=300.0)
     )
-    assert dx.tail_from_length_mixing(similar) is None
+    assert diagnose.tail_from_length_mixing(similar) is None
     # the tail lives only in the long bucket: prefill cost, not blocking
-    own_tail = dx.DiagnosisInput(ttft_p50_ms=50.0, ttft_p99_ms=1200.0, buckets=_buckets(40.0, 60.0))
-    assert dx.tail_from_length_mixing(own_tail) is None
+    own_tail = diagnose.DiagnosisInput(
+        ttft_p50_ms=50.0, ttft_p99_ms=1200.0, buckets=_buckets(40.0, 60.0)
+    )
+    assert diagnose.tail_from_length_mixing(own_tail) is None
 
 
 # --- rule 3 ---------------------------------------------------------------------------------
@@ -124,7 +134,7 @@ def _load(util: float, kv: float = math.nan, client: bool = False) -> pd.DataFra
     ],
 )
 def test_plateau_fires_and_names_the_bound(util: float, kv: float, client: bool, kind: str) -> None:
-    (f,) = dx.diagnose(dx.DiagnosisInput(load=_load(util, kv, client)))
+    (f,) = diagnose.diagnose(diagnose.DiagnosisInput(load=_load(util, kv, client)))
     assert f.rule == 3 and f.chart == "load"
     assert kind in f.title
     assert f.evidence["load step"] == "8 → 32"
@@ -134,14 +144,14 @@ def test_plateau_fires_and_names_the_bound(util: float, kv: float, client: bool,
 
 def test_plateau_with_an_unfilled_batch_is_batch_limited() -> None:
     load = _load(0.97).assign(concurrency=[1.0, 8.0, 32.0], running_max=[1.0, 8.0, 8.0])
-    (f,) = dx.diagnose(dx.DiagnosisInput(load=load))
+    (f,) = diagnose.diagnose(diagnose.DiagnosisInput(load=load))
     assert "batch-limited" in f.title
     assert "at most 8 requests ran at once while 32 were offered" in f.summary
     assert f.evidence["most requests running at the plateau"] == "8"
     assert any("max_batch_size" in a for a in f.actions)
     # a full batch (32 of 32) is not batch-limited: the GPU is the bound
     full = _load(0.97).assign(concurrency=[1.0, 8.0, 32.0], running_max=[1.0, 8.0, 32.0])
-    (g,) = dx.diagnose(dx.DiagnosisInput(load=full))
+    (g,) = diagnose.diagnose(diagnose.DiagnosisInput(load=full))
     assert "GPU-bound" in g.title
 
 
@@ -155,8 +165,8 @@ def test_plateau_silent_while_throughput_scales() -> None:
             "kv_max": 0.5,
         }
     )
-    assert dx.throughput_plateau(dx.DiagnosisInput(load=scaling)) is None
-    assert dx.throughput_plateau(dx.DiagnosisInput(load=scaling.head(1))) is None
+    assert diagnose.throughput_plateau(diagnose.DiagnosisInput(load=scaling)) is None
+    assert diagnose.throughput_plateau(diagnose.DiagnosisInput(load=scaling.head(1))) is None
 
 
 # --- rule 4 ---------------------------------------------------------------------------------
@@ -167,8 +177,8 @@ def test_degradation_fires_on_rising_latency_and_memory() -> None:
     rng = np.random.default_rng(1)
     lat = trend(ts, 100 + ts / 36 + rng.normal(0, 2, ts.size))  # 100 → ~200 ms over an hour
     mem = trend(ts, 40 * 2**30 + ts * 2**20)  # +1 MiB/s
-    (f,) = dx.diagnose(
-        dx.DiagnosisInput(latency_trend=lat, memory_trend=mem, memory_total_bytes=80 * 2**30)
+    (f,) = diagnose.diagnose(
+        diagnose.DiagnosisInput(latency_trend=lat, memory_trend=mem, memory_total_bytes=80 * 2**30)
     )
     assert f.rule == 4 and f.chart == "trend"
     assert lat is not None and lat.ci_low * 3600 < 100 < lat.ci_high * 3600  # true: 100 ms/h
@@ -181,11 +191,13 @@ def test_degradation_fires_on_rising_latency_and_memory() -> None:
 def test_degradation_silent_on_flat_short_or_noisy_series() -> None:
     ts = np.arange(0, 3600, 60.0)
     flat = trend(ts, np.full(ts.size, 100.0) + np.sin(ts))
-    assert dx.degradation(dx.DiagnosisInput(latency_trend=flat)) is None
+    assert diagnose.degradation(diagnose.DiagnosisInput(latency_trend=flat)) is None
     short = trend(np.arange(0, 30, 1.0), np.arange(0, 30, 1.0) * 10 + 100)
-    assert dx.degradation(dx.DiagnosisInput(latency_trend=short)) is None  # 29 s < 10 min
+    assert (
+        diagnose.degradation(diagnose.DiagnosisInput(latency_trend=short)) is None
+    )  # 29 s < 10 min
     small = trend(ts, 100 + ts / 3600)  # +1 % over the hour: significant but immaterial
-    assert dx.degradation(dx.DiagnosisInput(latency_trend=small)) is None
+    assert diagnose.degradation(diagnose.DiagnosisInput(latency_trend=small)) is None
 
 
 # --- together --------------------------------------------------------------------------------
@@ -223,19 +235,21 @@ def test_degradation_needs_the_trend_window_and_says_so() -> None:
     """A rising latency over 9 minutes is no finding (rule 4 needs 10); missing_inputs says why."""
     ts = np.arange(0.0, 540.0, 10.0)  # 530 s
     rising = trend(ts, 100 + ts / 2)  # doubles and more: would fire over a long run
-    inp = dx.DiagnosisInput(latency_trend=rising)
-    assert dx.degradation(inp) is None
-    assert dx.missing_inputs(inp)[-1] == (
+    inp = diagnose.DiagnosisInput(latency_trend=rising)
+    assert diagnose.degradation(inp) is None
+    assert diagnose.missing_inputs(inp)[-1] == (
         "a long enough window for a trend (rule 4): needs ≥ 10 min of data, have 8.8 min"
     )
     long_ts = np.arange(0.0, 660.0, 10.0)
-    (f,) = dx.diagnose(dx.DiagnosisInput(latency_trend=trend(long_ts, 100 + long_ts / 2)))
+    (f,) = diagnose.diagnose(
+        diagnose.DiagnosisInput(latency_trend=trend(long_ts, 100 + long_ts / 2))
+    )
     assert f.rule == 4
 
 
 def test_healthy_run_has_no_finding_and_missing_inputs_are_named() -> None:
     ts = np.arange(0, 900, 10.0)
-    healthy = dx.DiagnosisInput(
+    healthy = diagnose.DiagnosisInput(
         engine=_engine([0.4, 0.5, 0.45, 0.5], [0, 0, 1, 0], [0, 0, 0, 0]),
         ttft_p50_ms=50.0,
         ttft_mean_ms=55.0,
@@ -252,6 +266,114 @@ def test_healthy_run_has_no_finding_and_missing_inputs_are_named() -> None:
         ),
         latency_trend=trend(ts, 50 + np.sin(ts)),
     )
-    assert dx.diagnose(healthy) == []
-    assert dx.missing_inputs(healthy) == []
-    assert len(dx.missing_inputs(dx.DiagnosisInput())) == 4
+    assert diagnose.diagnose(healthy) == []
+    assert diagnose.missing_inputs(healthy) == []
+    assert len(diagnose.missing_inputs(diagnose.DiagnosisInput())) == 4
+
+
+# --- the rules' inputs from the Latency page's reads ------------------------------------------
+
+
+def _heatmap() -> pd.DataFrame:
+    """ttft_heatmap's shape: cells (bucket ≥ 0, window ≥ 0), per window (bucket −1) and the whole
+    selection (bucket −1, window −1)."""
+    return pd.DataFrame(
+        {
+            "bucket": [-1, -1, -1, 0, 1, 0],
+            "window": [-1, 0, 1, 0, 0, 1],
+            "n": [30, 20, 10, 15, 5, 10],
+            "mean_ms": [60.0, 50.0, 80.0, 40.0, 80.0, 80.0],
+            "p50_ms": [55.0, 45.0, 75.0, 40.0, 80.0, 75.0],
+            "p99_ms": [190.0, 150.0, 200.0, 60.0, 150.0, 200.0],
+        }
+    )
+
+
+def test_heatmap_ttft_is_the_whole_selection_row() -> None:
+    assert diagnose.heatmap_ttft(_heatmap()) == {
+        "ttft_mean_ms": 60.0,
+        "ttft_p50_ms": 55.0,
+        "ttft_p99_ms": 190.0,
+    }
+    assert diagnose.heatmap_ttft(_heatmap().iloc[1:]) == {}
+    assert diagnose.heatmap_ttft(_heatmap().iloc[0:0]) == {}
+
+
+def test_ttft_over_time_places_each_window_from_t0() -> None:
+    timeline = diagnose.ttft_over_time(_heatmap(), t0=1000.0, window_s=30.0)
+    assert timeline["window_start"].tolist() == [1000.0, 1030.0]
+    assert timeline["ttft_p50_ms"].tolist() == [45.0, 75.0]
+    empty = diagnose.ttft_over_time(None, t0=0.0, window_s=1.0)
+    assert empty.empty and list(empty.columns) == ["window_start", "ttft_p50_ms"]
+
+
+def test_input_buckets_name_buckets_and_take_median_input_of_ok_requests() -> None:
+    by_input = pd.DataFrame(
+        {
+            "metric": ["ttft_ms", "ttft_ms"],
+            "bucket": [0, 2],
+            "n": [3, 1],
+            "p50_ms": [10.0, 90.0],
+            "p99_ms": [40.0, 95.0],
+        }
+    )
+    sample = pd.DataFrame(
+        {
+            "status": ["ok", "ok", "ok", "error", "ok"],
+            "input_tokens": [100.0, 200.0, 50.0, 10.0, 5000.0],
+        }
+    )
+    buckets = diagnose.input_buckets(by_input, (256, 1024), sample)
+    assert buckets["bucket"].tolist() == ["<256", "≥1k"]
+    assert buckets["n"].tolist() == [3, 1]
+    assert buckets["median_input"].tolist() == [100.0, 5000.0]  # the error's 10 left out
+    assert "median_input" not in diagnose.input_buckets(by_input, (256, 1024)).columns
+
+
+def test_load_points_put_each_runs_state_beside_its_level() -> None:
+    levels = pd.DataFrame(
+        {
+            "run_id": ["c1", "c8"],
+            "load": [1.0, 8.0],
+            "concurrency": [1, 8],
+            "output_throughput": [100.0, 700.0],
+            "client_bound": pd.array([None, True], dtype="boolean"),
+        }
+    )
+    states = pd.DataFrame(
+        {
+            "run_id": ["c1", "c8"],
+            "gpu_util": [0.2, 0.9],
+            "kv_max": [0.1, 0.95],
+            "running_max": [1.0, 8.0],
+        }
+    )
+    load = diagnose.load_points(levels, states)
+    assert load["throughput"].tolist() == [100.0, 700.0]
+    assert load["client_bound"].tolist() == [False, True]  # unknown: not client-bound
+    assert load["gpu_util"].tolist() == [0.2, 0.9]
+    assert load["concurrency"].dtype == "float64"
+    empty = diagnose.load_points(levels.iloc[0:0], states.iloc[0:0])
+    assert empty.empty and list(empty.columns) == list(diagnose.LOAD_COLUMNS)
+
+
+def test_diagnosis_input_keeps_what_each_rule_needs() -> None:
+    heatmap = _heatmap()
+    inp = diagnose.diagnosis_input(
+        ttft=diagnose.heatmap_ttft(heatmap),
+        buckets=pd.DataFrame(),
+        timeline=diagnose.ttft_over_time(heatmap, t0=0.0, window_s=30.0),
+        engine=pd.DataFrame(),
+        load=pd.DataFrame(),
+    )
+    assert (inp.ttft_p50_ms, inp.ttft_mean_ms, inp.ttft_p99_ms) == (55.0, 60.0, 190.0)
+    assert inp.buckets is None and inp.engine is None  # empty frames: nothing to look at
+    assert inp.latency_trend is None  # two windows are no trend
+    nan = diagnose.diagnosis_input(
+        ttft={"ttft_p50_ms": math.nan, "ttft_p99_ms": None},
+        buckets=pd.DataFrame(),
+        timeline=diagnose.ttft_over_time(None, t0=0.0, window_s=1.0),
+        engine=None,
+        load=pd.DataFrame(),
+    )
+    assert (nan.ttft_p50_ms, nan.ttft_mean_ms, nan.ttft_p99_ms) == (None, None, None)

@@ -10,7 +10,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from analysis.latency import trend
-from ui import latency_charts as lc
+from ui import latency_charts
 
 MARGIN = {"l": 10, "r": 10, "t": 40, "b": 10}
 T0 = 1_800_000_000.0  # 2027-01-15 08:00:00 UTC
@@ -34,7 +34,7 @@ def test_bucket_percentiles_groups_bars_and_marks_low_samples() -> None:
             "p99_9_ms": [50.0, 5.0, 9.0],
         }
     )
-    fig = lc.bucket_percentiles(df, ["<256", "256–1k", "≥1k"], "TTFT")
+    fig = latency_charts.bucket_percentiles(df, ["<256", "256–1k", "≥1k"], "TTFT")
     x = ["<256 (n=150)", "256–1k (n=5 ⚠)"]
     assert _dict(fig) == {
         "data": [
@@ -58,8 +58,8 @@ def test_bucket_percentiles_groups_bars_and_marks_low_samples() -> None:
 
 
 def test_bucket_label_marks_low_confidence_p99() -> None:
-    assert lc.bucket_label("<256", 99) == "<256 (n=99 ⚠)"
-    assert lc.bucket_label("<256", 100) == "<256 (n=100)"
+    assert latency_charts.bucket_label("<256", 99) == "<256 (n=99 ⚠)"
+    assert latency_charts.bucket_label("<256", 100) == "<256 (n=100)"
 
 
 def test_heatmap_places_cells_by_bucket_and_window() -> None:
@@ -71,7 +71,7 @@ def test_heatmap_places_cells_by_bucket_and_window() -> None:
             "p99_ms": [99.0, 99.0, 12.5, 40.0],
         }
     )
-    d = _dict(lc.ttft_heatmap(df, ["<256", "≥256"], t0=T0, window_s=10))
+    d = _dict(latency_charts.ttft_heatmap(df, ["<256", "≥256"], t0=T0, window_s=10))
     (trace,) = d["data"]
     trace.pop("colorscale")
     assert trace == {
@@ -99,17 +99,17 @@ def test_scatter_has_a_trace_per_status_and_says_when_sampled() -> None:
             "ttft_ms": [1.0, 2.0, 3.0, None],  # the timeout has no TTFT: not drawn
         }
     )
-    d = _dict(lc.ttft_scatter(sample, stride=50, total=200))
+    d = _dict(latency_charts.ttft_scatter(sample, stride=50, total=200))
     assert [t["name"] for t in d["data"]] == ["ok", "error"]
     ok = d["data"][0]
     assert ok["type"] == "scattergl"
     assert list(ok["x"]) == [20.0, 30.0]
     assert list(ok["y"]) == [2.0, 3.0]
-    assert ok["marker"]["color"] == lc.STATUS_COLOURS["ok"]
+    assert ok["marker"]["color"] == latency_charts.STATUS_COLOURS["ok"]
     assert d["layout"]["title"]["text"] == (
         "TTFT vs input tokens (3 requests, a 1-in-50 sample of 200)"
     )
-    whole = _dict(lc.ttft_scatter(sample))
+    whole = _dict(latency_charts.ttft_scatter(sample))
     assert whole["layout"]["title"]["text"] == "TTFT vs input tokens (3 requests)"
 
 
@@ -117,7 +117,7 @@ def test_split_stacks_prefill_and_queueing() -> None:
     split = pd.DataFrame(
         {"bucket": ["<256"], "n": [10], "prefill_mean_ms": [5.0], "queue_mean_ms": [2.5]}
     )
-    assert _dict(lc.ttft_split(split)) == {
+    assert _dict(latency_charts.ttft_split(split)) == {
         "data": [
             {
                 "type": "bar",
@@ -152,7 +152,7 @@ def test_throughput_vs_load_marks_current_and_client_bound_runs() -> None:
             "client_bound": [False, True],
         }
     )
-    d = _dict(lc.throughput_vs_load(load, current="b"))
+    d = _dict(latency_charts.throughput_vs_load(load, current="b"))
     (trace,) = d["data"]
     assert list(trace["x"]) == [1.0, 8.0]
     assert list(trace["y"]) == [100.0, 700.0]
@@ -163,7 +163,7 @@ def test_throughput_vs_load_marks_current_and_client_bound_runs() -> None:
 def test_trend_chart_draws_the_fitted_line_and_slope() -> None:
     ts = np.array([T0, T0 + 1800, T0 + 3600])
     t = trend(ts, [10.0, 20.0, 30.0])
-    d = _dict(lc.trend_chart(ts, [10.0, 20.0, 30.0], t, label="TTFT P50", unit="ms"))
+    d = _dict(latency_charts.trend_chart(ts, [10.0, 20.0, 30.0], t, label="TTFT P50", unit="ms"))
     assert [tr["name"] for tr in d["data"]] == ["TTFT P50", "trend"]
     assert list(d["data"][1]["y"]) == [10.0, 30.0]
     assert d["layout"]["title"]["text"] == (
@@ -175,7 +175,9 @@ def test_trend_chart_over_a_short_window_says_too_short_instead_of_a_slope() -> 
     """Issue 10 item 12: no per-hour slope (nor its line) extrapolated from 29 s."""
     ts = T0 + np.arange(0.0, 30.0, 1.0)
     values = 6000.0 - 50.7 * (ts - T0)
-    d = _dict(lc.trend_chart(ts, values, trend(ts, values), label="TTFT P50", unit="ms"))
+    d = _dict(
+        latency_charts.trend_chart(ts, values, trend(ts, values), label="TTFT P50", unit="ms")
+    )
     assert [tr["name"] for tr in d["data"]] == ["TTFT P50"]
     assert d["layout"]["title"]["text"] == (
         "TTFT P50 over time · too short to judge (needs ≥ 10 min of data, have 29 s)"
@@ -183,9 +185,9 @@ def test_trend_chart_over_a_short_window_says_too_short_instead_of_a_slope() -> 
 
 
 def test_empty_inputs_give_titled_empty_figures() -> None:
-    assert _dict(lc.bucket_percentiles(pd.DataFrame(), [], "TTFT"))["layout"]["title"] == {
-        "text": "TTFT by bucket: no samples"
-    }
-    assert _dict(lc.ttft_heatmap(pd.DataFrame(), [], t0=0, window_s=1))["data"] == []
-    assert _dict(lc.ttft_scatter(pd.DataFrame()))["data"] == []
-    assert _dict(lc.kv_and_queue(pd.DataFrame()))["data"] == []
+    assert _dict(latency_charts.bucket_percentiles(pd.DataFrame(), [], "TTFT"))["layout"][
+        "title"
+    ] == {"text": "TTFT by bucket: no samples"}
+    assert _dict(latency_charts.ttft_heatmap(pd.DataFrame(), [], t0=0, window_s=1))["data"] == []
+    assert _dict(latency_charts.ttft_scatter(pd.DataFrame()))["data"] == []
+    assert _dict(latency_charts.kv_and_queue(pd.DataFrame()))["data"] == []
