@@ -26,7 +26,8 @@ WINDOW_S: Final = 15 * 60
 #: Default refresh period of the live panels (seconds); ``?refresh=N`` overrides it.
 REFRESH_S: Final = 2.0
 #: The refresh period's bounds (seconds).
-REFRESH_MIN_S, REFRESH_MAX_S = 1.0, 60.0
+REFRESH_MIN_S: Final = 1.0
+REFRESH_MAX_S: Final = 60.0
 REFRESH_PARAM: Final = "refresh"
 
 _ENGINE_COLUMNS: Final = ["target", "engine", "ts", "metric", "value"]

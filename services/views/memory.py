@@ -25,13 +25,11 @@ DEFAULT_CAP: Final = 0.90
 #: Runs offered in the pickers (plus the one asked for).
 RUNS_LIMIT: Final = 200
 #: The URL parameters of the page's selections.
-RUN_PARAM, WINDOW_PARAM, CAP_PARAM, SLO_PARAM, OVERLAY_PARAM = (
-    "run",
-    "window",
-    "cap",
-    "slo",
-    "overlay",
-)
+RUN_PARAM: Final = "run"
+WINDOW_PARAM: Final = "window"  # seconds from the run's start, "60-300"
+CAP_PARAM: Final = "cap"
+SLO_PARAM: Final = "slo"
+OVERLAY_PARAM: Final = "overlay"  # run ids, comma-separated
 
 _ENGINE_COLUMNS: Final = ("target", "metric", "ts", "value", "max_value", "samples")
 _MIB: Final = 2**20
