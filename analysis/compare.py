@@ -101,7 +101,7 @@ def load_of(row: Mapping[str, Any]) -> tuple[float | None, str]:
 def curves(runs: pd.DataFrame, by: str) -> pd.DataFrame:
     """Per-run rows with ``series``, ``load`` and ``load_kind`` added, sorted by series and load.
 
-    ``runs`` holds one row per run (compare_queries.run_aggregates columns). Runs with unknown
+    ``runs`` holds one row per run (runs.run_aggregates columns). Runs with unknown
     load keep ``load`` NaN and sort last within their series.
     """
     out = runs.copy()

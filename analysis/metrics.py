@@ -1,8 +1,8 @@
 """Metric definitions (ARCHITECTURE §5, docs/metrics.md), as pure functions.
 
 Every collector and importer computes per-request metrics through these, so that one set of
-definitions holds across sources. ``store.queries`` computes the same aggregates in SQL for large
-runs; the integration tests check that both agree.
+definitions holds across sources. ``store.run_figures`` computes the same figures in SQL for
+stored runs; the integration tests check that both agree.
 """
 
 from __future__ import annotations
@@ -142,6 +142,24 @@ def run_duration_s(requests: pd.DataFrame) -> float | None:
     return float(end - start)
 
 
+def _positive(value: float | None) -> float | None:
+    return float(value) if value is not None and not pd.isna(value) and value > 0 else None
+
+
+def run_duration(
+    requests: pd.DataFrame,
+    *,
+    duration_s: float | None = None,
+    started_at: float | None = None,
+    ended_at: float | None = None,
+) -> float | None:
+    """A run's duration (ARCHITECTURE §5): its own ``duration_s``, else ``ended_at −
+    started_at``, else first send → last completion; only a positive span counts. The same
+    rule as the store's SQL (``store.run_figures.DURATION_SQL``), for where no store is."""
+    span = None if started_at is None or ended_at is None else ended_at - started_at
+    return _positive(duration_s) or _positive(span) or run_duration_s(requests)
+
+
 def _rate(amount: float, duration_s: float | None) -> float | None:
     if duration_s is None or duration_s <= 0:
         return None
@@ -149,20 +167,28 @@ def _rate(amount: float, duration_s: float | None) -> float | None:
 
 
 def run_summary(
-    requests: pd.DataFrame, *, duration_s: float | None = None, gpu_count: int | None = None
+    requests: pd.DataFrame,
+    *,
+    duration_s: float | None = None,
+    started_at: float | None = None,
+    ended_at: float | None = None,
+    gpu_count: int | None = None,
 ) -> RunSummary:
-    """Summarise a run from its request rows (columns as in ``store.schema.requests``).
+    """Summarise a run from its request rows (columns as in ``store.schema.requests``) and its
+    own ``duration_s`` / ``started_at`` / ``ended_at`` — the pure twin of the store's figures
+    (``store.run_figures``), for where no store is involved; a test holds the two equal.
 
-    Throughput counts successful requests only, over ``duration_s`` (the run's wall-clock
-    duration; when None, first send → last completion). Latency distributions are over
-    successful requests. Per-GPU throughput divides by ``gpu_count`` when it is known.
+    Throughput counts successful requests only, over :func:`run_duration`. Latency
+    distributions are over successful requests. Per-GPU throughput divides by ``gpu_count``
+    when it is known.
     """
     total = len(requests)
     status = requests["status"] if "status" in requests else pd.Series([], dtype="object")
     ok_rows = requests[status == "ok"]
     ok = len(ok_rows)
-    if duration_s is None:
-        duration_s = run_duration_s(requests)
+    duration_s = run_duration(
+        requests, duration_s=duration_s, started_at=started_at, ended_at=ended_at
+    )
 
     def tokens(column: str) -> int:
         if column not in ok_rows:

@@ -134,7 +134,7 @@ class SloProfile:
         return self.ttft_ms
 
     def sql_thresholds(self) -> dict[str, float]:
-        """The targets as bound parameters for ``store.compare_queries.slo_attainment``.
+        """The targets as bound parameters for ``store.request_stats.slo_attainment``.
 
         TTFT limit = ``ttft_base + ttft_per_1k × input_tokens / 1000``; a missing target is
         +inf (always met).
@@ -312,7 +312,7 @@ def evaluate(row: Mapping[str, Any], profile: SloProfile) -> list[TargetResult]:
     ``row`` holds the run's aggregates: ``{ttft,tpot,e2e}_n`` and ``{…}_p{percentile}_ms``
     (e.g. ``ttft_p99_ms``; percentiles the profile uses), ``requests`` and ``errors``; for a
     length-conditioned TTFT, ``ok`` and ``ttft_met`` (the SLO attainment counts); for a memory
-    cap, ``mem_peak_fraction`` and ``gpu_samples`` (``store.memory_queries.run_states``).
+    cap, ``mem_peak_fraction`` and ``gpu_samples`` (``store.sample_timelines.run_states``).
     """
     results: list[TargetResult] = []
     pct = profile.percentile

@@ -5,10 +5,13 @@ concurrency 1/8/32 (9 runs, framework 'sim', engine_params JSON), ``--requests``
 all (default 10M) and ``--gaps`` token gaps per request (default 2, pooled ITL), then prints,
 each the median of ``--repeats`` cold runs (no Streamlit cache):
 
-  * every read the page makes (compare_queries.candidates, the SLO profiles,
-    compare_queries.run_aggregates, slo_attainment, metric_samples ×4), both aggregated from
-    the rows (no stored rollups) and served from the stored per-run rollups, and the pure
-    work on top (per-run shaping, verdicts, capacity, charts, the bootstrap);
+  * every read the page's view-model builder makes (runs_table.list_runs, the SLO profiles,
+    runs_table.run_aggregates, slo_attainment, request_samples and the ITL metric_samples),
+    both aggregated from the rows (no stored rollups) and served from the stored per-run
+    rollups, and the pure work on top (per-run shaping, verdicts, capacity, tables, charts, the
+    bootstrap);
+  * the builder itself (``services.views.compare.compare_view``, all 9 runs, the page's
+    defaults): with nothing stored, right after ``prepare``, and with its rollups stored;
   * Home on the same store (its newest run), first view and cold view;
   * the whole page rendered by Streamlit's AppTest with all 9 runs selected (target < 2 s):
     its very first view (nothing stored: every aggregate computed), the first view after
@@ -39,8 +42,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from analysis import compare, slo  # noqa: E402
-from services.commands import prepare  # noqa: E402
-from store import catalog, compare_queries, ingest  # noqa: E402
+from services.commands import prepare, slo_profiles  # noqa: E402
+from services.views import compare as compare_views  # noqa: E402
+from store import ingest, request_rows, request_stats, runs_table  # noqa: E402
 from store.db import Store  # noqa: E402
 
 ENGINES = (
@@ -180,7 +184,7 @@ def main() -> None:
     url = f"duckdb:///{db}"
     if db.exists():
         store = Store.open(url)
-        ids = compare_queries.candidates(store, 50)["run_id"].tolist()[::-1]
+        ids = runs_table.list_runs(store, limit=50)["run_id"].tolist()[::-1]
         store.dispose()
         print(f"store: reusing {db}")
     else:
@@ -208,12 +212,10 @@ def main() -> None:
 
     rows: list[tuple[str, float]] = []
     reads: dict[str, Callable[[Store], Any]] = {
-        "candidates (picker)": lambda s: compare_queries.candidates(s),
-        "SLO profiles": lambda s: [
-            catalog.get(s, "slo_profiles", n) for n in catalog.names(s, "slo_profiles")
-        ],
-        "run_aggregates (9 runs)": lambda s: compare_queries.run_aggregates(s, ids),
-        "slo_attainment (9 runs)": lambda s: compare_queries.slo_attainment(s, ids, th),
+        "candidates (picker)": lambda s: runs_table.list_runs(s),
+        "SLO profiles": lambda s: slo_profiles.slo_profiles(s),
+        "run_aggregates (9 runs)": lambda s: runs_table.run_aggregates(s, ids),
+        "slo_attainment (9 runs)": lambda s: request_stats.slo_attainment(s, ids, th),
     }
     results: dict[str, Any] = {}
     for label, fn in reads.items():
@@ -222,10 +224,10 @@ def main() -> None:
         seconds, results[label] = timed(with_store(fn), args.repeats)
         rows.append((f"{label}, stored rollups", seconds))
     samples: dict[str, Callable[[Store], Any]] = {
-        "request_samples TTFT/TPOT/E2E (9 × ≤5,000)": lambda s: compare_queries.request_samples(
+        "request_samples TTFT/TPOT/E2E (9 × ≤5,000)": lambda s: request_rows.request_samples(
             s, ids, 5000
         ),
-        "metric_samples ITL (9 × ≤5,000)": lambda s: compare_queries.metric_samples(
+        "metric_samples ITL (9 × ≤5,000)": lambda s: request_rows.metric_samples(
             s, ids, "itl_ms", 5000
         ),
     }
@@ -236,16 +238,17 @@ def main() -> None:
         rows.append((f"{label}, stored", seconds))
 
     def pure() -> Any:
-        from ui import compare_charts, compare_view
+        from ui import compare_charts, compare_tables
 
-        per = compare_view.per_run(
+        per = compare_views.per_run(
             results["run_aggregates (9 runs)"],
             results["slo_attainment (9 runs)"],
             profile,
             "configuration",
         )
-        compare_view.runs_table(per, profile)
-        compare_view.capacity_table(per)
+        compare_tables.runs_table(per, profile)
+        compare_tables.percentile_table(per)
+        compare_tables.capacity_table(compare_views.capacity(per))
         compare_charts.pareto_chart(per)
         compare_charts.latency_vs_load(per, "ttft", 99, 500.0)
         return per
@@ -265,6 +268,18 @@ def main() -> None:
 
     seconds, _ = timed(boot, args.repeats)
     rows.append(("bootstrap 4 metrics × 4 pcts (300 reps)", seconds))
+
+    # the page's view model, as ui.cache.compare builds it on a cache miss (one Store per build)
+    selection = compare_views.CompareSelection(runs=tuple(ids), distributions=args.distributions)
+    build = with_store(lambda s: compare_views.compare_view(s, selection))
+    seconds, _ = timed(build, args.repeats, before=lambda: clear_rollups(url))
+    rows.append(("view-model builder (9 runs), nothing stored", seconds))
+    clear_rollups(url)
+    with_store(lambda s: prepare.prepare(s, ids))()
+    seconds, _ = timed(build, 1)
+    rows.append(("view-model builder, right after prepare (1 build)", seconds))
+    seconds, _ = timed(build, args.repeats)
+    rows.append(("view-model builder, rollups stored", seconds))
 
     os.environ["SERVESCOPE_DB"] = url
     # the bench renders the page itself, as a browser would get it
@@ -320,10 +335,7 @@ def main() -> None:
     mode = "on" if args.distributions else "off"
     print(f"\nFull page render (AppTest, all 9 runs, CDFs {mode}), median of {args.repeats}:")
     print(f"  {'first view, nothing stored':<52} {statistics.median(first):7.3f} s")
-    print(
-        f"  {'run_views.prepare of the 9 runs (after ingest)':<52} "
-        f"{statistics.median(refresh_s):7.3f} s"
-    )
+    print(f"  {'prepare of the 9 runs (after ingest)':<52} {statistics.median(refresh_s):7.3f} s")
     print(f"  {'first view after that refresh':<52} {statistics.median(after_refresh):7.3f} s")
     print(
         f"  {'cold view (fresh Streamlit cache, rollups stored)':<52} "

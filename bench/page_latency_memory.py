@@ -35,7 +35,7 @@ import pandas as pd
 
 from analysis.buckets import DEFAULT_EDGES
 from services.commands import prepare
-from store import ingest, latency_queries, memory_queries
+from store import ingest, request_rows, request_stats, runs_table, sample_timelines
 from store.db import Store
 
 T0 = 1_790_000_000.0
@@ -168,61 +168,61 @@ def latency_reads(store: Store) -> list[tuple[str, float]]:
     """The Latency page's reads for the newest run, in the page's order (whole run)."""
     log: list[tuple[str, float]] = []
     ids = ("big",)
-    _timed("run_list", lambda: latency_queries.run_list(store, 200), log)
-    span = _timed("request_span", lambda: latency_queries.request_span(store, ids), log)
+    _timed("run_list", lambda: runs_table.list_runs(store, limit=200), log)
+    span = _timed("request_span", lambda: request_rows.request_span(store, ids), log)
     t0, t1 = float(span["first_sent"].iloc[0]), float(span["last_done"].iloc[0])
     w = max((t1 - t0) / 24, 1.0)
     _timed(
         "bucket_latency (input, TTFT)",
-        lambda: latency_queries.bucket_latency(
+        lambda: request_stats.bucket_latency(
             store, ids, DEFAULT_EDGES, "input", metrics=("ttft_ms",)
         ),
         log,
     )
     _timed(
         "ttft_heatmap",
-        lambda: latency_queries.ttft_heatmap(store, ids, DEFAULT_EDGES, t0=t0, window_s=w),
+        lambda: request_stats.ttft_heatmap(store, ids, DEFAULT_EDGES, t0=t0, window_s=w),
         log,
     )
-    _timed("request_sample (20k)", lambda: latency_queries.request_sample(store, ids, 20_000), log)
-    src = _timed("run_sources", lambda: memory_queries.run_sources(store, "big"), log)
+    _timed("request_sample (20k)", lambda: request_rows.request_sample(store, ids, 20_000), log)
+    src = _timed("run_sources", lambda: sample_timelines.run_sources(store, "big"), log)
     _timed(
         "engine_timeline",
-        lambda: memory_queries.engine_timeline(
+        lambda: sample_timelines.engine_timeline(
             store, src["targets"], since=src["since"], until=src["until"]
         ),
         log,
     )
     slow = _timed(
-        "slowest_requests (20)", lambda: latency_queries.slowest_requests(store, ids, 20), log
+        "slowest_requests (20)", lambda: request_rows.slowest_requests(store, ids, 20), log
     )
     _timed(
         "in_flight_at (20)",
-        lambda: latency_queries.in_flight_at(store, "big", slow["sent_at"].tolist()),
+        lambda: request_rows.in_flight_at(store, "big", slow["sent_at"].tolist()),
         log,
     )
-    _timed("load_levels", lambda: latency_queries.load_levels(store, "big"), log)
+    _timed("load_levels", lambda: runs_table.load_levels(store, "big"), log)
     return log
 
 
 def memory_reads(store: Store) -> list[tuple[str, float]]:
     log: list[tuple[str, float]] = []
-    _timed("run_list", lambda: latency_queries.run_list(store, 200), log)
-    src = _timed("run_sources", lambda: memory_queries.run_sources(store, "big"), log)
+    _timed("run_list", lambda: runs_table.list_runs(store, limit=200), log)
+    src = _timed("run_sources", lambda: sample_timelines.run_sources(store, "big"), log)
     since, until = src["since"], src["until"]
     _timed(
         "engine_timeline",
-        lambda: memory_queries.engine_timeline(store, src["targets"], since=since, until=until),
+        lambda: sample_timelines.engine_timeline(store, src["targets"], since=since, until=until),
         log,
     )
     _timed(
         "gpu_timeline",
-        lambda: memory_queries.gpu_timeline(store, src["hosts"], since=since, until=until),
+        lambda: sample_timelines.gpu_timeline(store, src["hosts"], since=since, until=until),
         log,
     )
     _timed(
         "latency_timeline",
-        lambda: latency_queries.latency_timeline(
+        lambda: request_stats.latency_timeline(
             store,
             ("big",),
             t0=since,
@@ -232,7 +232,7 @@ def memory_reads(store: Store) -> list[tuple[str, float]]:
         ),
         log,
     )
-    _timed("request_span", lambda: latency_queries.request_span(store, ("big",)), log)
+    _timed("request_span", lambda: request_rows.request_span(store, ("big",)), log)
     return log
 
 

@@ -4,7 +4,7 @@ Prints, for DuckDB (the embedded default):
   * ingest of 1M request rows through ``store.ingest.add_requests`` (the fast path every
     collector and importer uses): seconds and rows/s, median of N repeats (target ≥ 1M rows/s);
   * P99 (with P50, P90) TTFT per input-length bucket over 10M stored requests via
-    ``store.queries.latency_by_bucket`` (target < 1 s), median of N repeats.
+    ``store.request_stats.bucket_latency`` (target < 1 s), median of N repeats.
 
 Usage: python bench/store_ingest.py [--rows 1000000] [--total 10000000] [--repeats 5]
 """
@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.buckets import DEFAULT_EDGES, bucket_labels
-from store import ingest, queries
+from store import ingest, request_stats
 from store.db import Store
 
 
@@ -90,7 +90,7 @@ def main() -> None:
         result = pd.DataFrame()
         for _ in range(args.repeats):
             t0 = time.perf_counter()
-            result = queries.latency_by_bucket(store, metric="ttft_ms", edges=DEFAULT_EDGES)
+            result = request_stats.bucket_latency(store, metric="ttft_ms", edges=DEFAULT_EDGES)
             qtimes.append(time.perf_counter() - t0)
         qmed = statistics.median(qtimes)
         print(

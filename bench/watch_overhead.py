@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from collectors import watch  # noqa: E402
-from store import live_queries  # noqa: E402
+from store import sample_series  # noqa: E402
 from store.db import Store  # noqa: E402
 
 SIMS = """
@@ -83,7 +83,7 @@ def run(seconds: float, targets: int, interval: float, raw: str, null: bool = Fa
         time.sleep(seconds)  # the measured period
         summary = live.stop()
         cpu, wall = _cpu() - cpu0, time.monotonic() - wall0
-        counts = live_queries.sample_counts(store)
+        counts = sample_series.sample_counts(store)
         store.dispose()
     sims.stdin.close()
     sims.wait(timeout=30)

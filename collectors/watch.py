@@ -143,7 +143,7 @@ class ScrapeSource:
     def _drop_unchanged_buckets(self, values: dict[str, float]) -> None:
         """A histogram whose count did not move since its last full scrape has the same buckets:
         keep its ``_count`` and ``_sum`` rows, drop the bucket rows (readers carry buckets
-        forward; ``store.live_queries.engine_histogram_series`` fetches the last full scrape)."""
+        forward; ``store.sample_series.engine_histogram_series`` fetches the last full scrape)."""
         for hist in engine_metrics.HISTOGRAMS:
             count = values.get(f"{hist}_count")
             if count is None:

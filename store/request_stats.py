@@ -309,13 +309,7 @@ def slo_attainment(
     counts = rollups.cached_runs(
         store, ids, "slo_attainment", params, lambda stale: _met_counts(store, stale, params)
     )
-    runs = store.read_df(
-        with_lists(
-            "SELECT run_id, duration_s, started_at, ended_at FROM runs WHERE run_id IN :run_ids"
-        ),
-        {"run_ids": ids},
-    )
-    timed = run_figures.figures(runs, run_figures.get(store, ids))
+    timed = run_figures.get(store, ids)
     df = counts.merge(timed[["run_id", "duration_s"]], on="run_id").sort_values("run_id")
     df = df.reset_index(drop=True)
     df["goodput"] = df["met"].astype("float64") / df["duration_s"]

@@ -72,10 +72,12 @@ FIGURES: Final = (
 )
 
 #: THE definition of a run's duration: its own ``duration_s``, else ``ended_at − started_at``,
-#: else first send → last completion (a zero is no duration). ``r``: runs; ``a``: its counts.
+#: else first send → last completion; only a positive span is a duration. ``r``: runs; ``a``:
+#: its counts. (``analysis.metrics.run_duration`` is the same rule without a store.)
 DURATION_SQL: Final = (
-    "COALESCE(NULLIF(r.duration_s, 0), NULLIF(r.ended_at - r.started_at, 0), "
-    "NULLIF(a.last_done - a.first_sent, 0))"
+    "COALESCE(CASE WHEN r.duration_s > 0 THEN r.duration_s END, "
+    "CASE WHEN r.ended_at - r.started_at > 0 THEN r.ended_at - r.started_at END, "
+    "CASE WHEN a.last_done - a.first_sent > 0 THEN a.last_done - a.first_sent END)"
 )
 
 
@@ -108,7 +110,8 @@ log = logging.getLogger("servescope.run_stats")
 
 def compute(store: Store, run_ids: Sequence[str]) -> pd.DataFrame:
     """The summary and figures of ``run_ids`` aggregated from their rows (one scan of
-    ``requests`` and one of ``token_gaps``); one row per existing run. Prefer :func:`get`."""
+    ``requests`` and one of ``token_gaps``); one row per run that has requests. Prefer
+    :func:`get`."""
     ids = list(run_ids)
     if not ids:
         return _empty()
@@ -149,9 +152,8 @@ def compute(store: Store, run_ids: Sequence[str]) -> pd.DataFrame:
         )
         SELECT r.run_id, {_summary_columns()}, {FIGURES_SQL}
         FROM runs r
-        LEFT JOIN a ON a.run_id = r.run_id
+        JOIN a ON a.run_id = r.run_id
         LEFT JOIN i ON i.i_run_id = r.run_id
-        WHERE r.run_id IN :run_ids
     """
     df = store.read_df(with_lists(sql), {"run_ids": ids})
     return _typed(df[[*COLUMNS, *FIGURES]])
@@ -217,8 +219,7 @@ def light_stats(store: Store, run_ids: Sequence[str]) -> pd.DataFrame:
         )
         SELECT r.run_id, {", ".join(f"a.{c}" for c in _LIGHT_COUNTS)}, a.first_sent,
                a.last_sent, a.last_done, {FIGURES_SQL}
-        FROM runs r LEFT JOIN a ON a.run_id = r.run_id
-        WHERE r.run_id IN :run_ids
+        FROM runs r JOIN a ON a.run_id = r.run_id
     """
     return _typed(store.read_df(with_lists(sql), {"run_ids": ids}))
 

@@ -60,7 +60,7 @@ def existing_run_ids(store: Store, run_ids: Sequence[str]) -> set[str]:
 
 
 def _tags(value: Any) -> list[str]:
-    if not value:
+    if not value or isinstance(value, float):  # NULL (read as NaN beside tagged runs)
         return []
     try:
         parsed = json.loads(value) if isinstance(value, str) else value
@@ -106,7 +106,7 @@ def list_runs(
     if limit is not None and limit < 1:
         raise InputError(f"limit must be at least 1, got {limit}")
     runs = schema.runs
-    columns = [runs.c[c] for c in LIST_COLUMNS]
+    columns: list[sa.ColumnElement[Any]] = [runs.c[c] for c in LIST_COLUMNS]
     source: sa.FromClause = runs
     if request_counts:
         reqs = schema.requests

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from errors import InputError
 from store import run_figures
 from store.db import Store
-from store.live_queries import run_live_sources
+from store.sample_series import run_live_sources
 from store.sql import with_lists
 
 #: The engine metrics the Memory page draws.

@@ -128,10 +128,10 @@ def _group(items: list[_Detected]) -> list[tuple[list[_Detected], list[str]]]:
 def _write(store: Store, parsed: ParsedFile, replace: bool, report: FileReport) -> None:
     """Write one import unit in ONE transaction: its runs (with requests and token gaps) and its
     sample tables all land, or none of them do (``ingest.replace_runs``)."""
-    from store import data_queries, ingest
+    from store import ingest, runs_table
 
     ids = [r.run_id for r in parsed.runs]
-    existing = data_queries.existing_run_ids(store, ids) if ids else set()
+    existing = runs_table.existing_run_ids(store, ids) if ids else set()
     todo = [run for run in parsed.runs if replace or run.run_id not in existing]
     skipped = len(parsed.runs) - len(todo)
     samples = {table: frame for table, frame in parsed.samples.items() if len(frame)}

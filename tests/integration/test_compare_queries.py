@@ -11,8 +11,7 @@ import pytest
 
 from analysis import slo
 from errors import InputError
-from store import compare_queries as cq
-from store import ingest
+from store import ingest, request_rows, request_stats, runs_table, sql
 from store.db import Store
 
 
@@ -88,7 +87,7 @@ def _seed(store: Store) -> None:
 
 
 def test_run_aggregates_hand_computed(store: Store) -> None:
-    df = cq.run_aggregates(store, ["g", "a", "missing"])
+    df = runs_table.run_aggregates(store, ["g", "a", "missing"])
     assert df["run_id"].tolist() == ["g", "a"]  # in the order asked, unknown ids dropped
     a = df.set_index("run_id").loc["a"]
     assert (a["requests"], a["ok"], a["errors"], a["timeouts"]) == (5, 4, 1, 1)
@@ -116,7 +115,7 @@ def test_run_aggregates_hand_computed(store: Store) -> None:
 
 def test_slo_attainment_in_sql_matches_the_pure_definition(store: Store) -> None:
     prof = slo.SloProfile(name="t", ttft_ms=25.0, tpot_ms=2.5, e2e_ms=350.0)
-    df = cq.slo_attainment(store, ["a", "g"], prof.sql_thresholds())
+    df = request_stats.slo_attainment(store, ["a", "g"], prof.sql_thresholds())
     assert df["run_id"].tolist() == ["a"]  # no requests, no attainment
     row = df.iloc[0]
     # TTFT ≤ 25: seq 0,1; TPOT ≤ 2.5 or NULL: 0,1,3; E2E ≤ 350: 0,1,2; all: 0,1
@@ -130,38 +129,38 @@ def test_slo_attainment_in_sql_matches_the_pure_definition(store: Store) -> None
 def test_slo_attainment_length_conditioned(store: Store) -> None:
     # limit = 5 + 10 ms per 1,000 input tokens: 100 tokens → 6 ms, 3,000 tokens → 35 ms
     prof = slo.SloProfile(name="len", ttft_base_ms=5.0, ttft_ms_per_1k_input=10.0)
-    row = cq.slo_attainment(store, ["a"], prof.sql_thresholds()).iloc[0]
+    row = request_stats.slo_attainment(store, ["a"], prof.sql_thresholds()).iloc[0]
     assert row["ttft_met"] == 1  # only seq 2 (30 ms ≤ 35 ms)
     assert row["met"] == 1  # no TPOT / E2E targets
     assert slo.attainment(_requests(), prof, 10.0).ttft_met == 1
 
 
 def test_metric_samples_are_bounded_per_run(store: Store) -> None:
-    all_ttft = cq.metric_samples(store, ["a"], "ttft_ms", 100)
+    all_ttft = request_rows.metric_samples(store, ["a"], "ttft_ms", 100)
     assert all_ttft["value"].tolist() == [10.0, 20.0, 30.0, 40.0]
-    two = cq.metric_samples(store, ["a"], "ttft_ms", 2)
+    two = request_rows.metric_samples(store, ["a"], "ttft_ms", 2)
     assert two["value"].tolist() == [10.0, 30.0]  # stride 2: seq 0 and 2
-    itl = cq.metric_samples(store, ["a", "g"], "itl_ms", 100)
+    itl = request_rows.metric_samples(store, ["a", "g"], "itl_ms", 100)
     assert itl["run_id"].tolist() == ["a"] * 3
     assert np.sort(itl["value"].to_numpy()).tolist() == [1.0, 3.0, 5.0]
 
 
 def test_bad_arguments(store: Store) -> None:
     with pytest.raises(InputError, match="choose one of"):
-        cq.metric_samples(store, ["a"], "nope", 10)
+        request_rows.metric_samples(store, ["a"], "nope", 10)
     with pytest.raises(InputError, match="thresholds lack"):
-        cq.slo_attainment(store, ["a"], {"tpot": 1.0})
+        request_stats.slo_attainment(store, ["a"], {"tpot": 1.0})
     with pytest.raises(InputError, match="at most"):
-        cq.run_aggregates(store, [str(i) for i in range(cq.MAX_RUNS + 1)])
-    assert cq.run_aggregates(store, []).empty
-    assert cq.slo_attainment(store, [], slo.SloProfile(name="x").sql_thresholds()).empty
+        runs_table.run_aggregates(store, [str(i) for i in range(sql.MAX_RUNS + 1)])
+    assert runs_table.run_aggregates(store, []).empty
+    assert request_stats.slo_attainment(store, [], slo.SloProfile(name="x").sql_thresholds()).empty
 
 
 def test_request_samples_read_three_metrics_at_once(store: Store) -> None:
-    wide = cq.request_samples(store, ["a", "g"], 100)
+    wide = request_rows.request_samples(store, ["a", "g"], 100)
     assert wide["run_id"].tolist() == ["a"] * 4  # ok requests only; g has none
     assert wide["ttft_ms"].tolist() == [10.0, 20.0, 30.0, 40.0]
     assert wide["tpot_ms"].iloc[:3].tolist() == [1.0, 2.0, 3.0]
     assert pd.isna(wide["tpot_ms"].iloc[3])  # one-token response: undefined TPOT
-    assert cq.request_samples(store, ["a"], 2)["e2e_ms"].tolist() == [100.0, 300.0]
-    assert cq.request_samples(store, [], 2).empty
+    assert request_rows.request_samples(store, ["a"], 2)["e2e_ms"].tolist() == [100.0, 300.0]
+    assert request_rows.request_samples(store, [], 2).empty

@@ -35,7 +35,7 @@ from collectors.loadgen.runner import run_benchmark
 from collectors.loadgen.transport import LeanTransport
 from errors import EndpointError
 from sim.mockserver import MockServer
-from store import run_stats
+from store import run_figures
 from store.db import Store
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -135,7 +135,7 @@ def check_accounting(store: Store, run_id: str, truth: dict[str, Any]) -> Any:
     assert sorted(reqs.seq) == list(range(REQUESTS))
     # failed requests never reach the stored percentiles: the summary equals one computed
     # from the ok rows (and the gaps of ok rows) only
-    summary = run_stats.get(store, [run_id]).iloc[0]
+    summary = run_figures.get(store, [run_id]).iloc[0]
     ok = reqs[reqs.status == "ok"]
     assert summary.ok == len(ok) and summary.requests == len(reqs)
     for metric in ("ttft", "e2e"):

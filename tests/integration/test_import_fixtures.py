@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 
 from collectors.importers import ImportOptions, import_paths
-from store import data_queries, queries_admin
+from store import request_rows, run_figures, runs_table, tables
 from store.db import Store
 
 
@@ -29,7 +29,7 @@ def store(tmp_path: Path) -> Store:
 
 
 def _requests(store: Store, run_id: str) -> pd.DataFrame:
-    return data_queries.run_requests_all(store, run_id)
+    return request_rows.run_requests_all(store, run_id)
 
 
 def test_every_fixture_result_file_imports_and_reimport_changes_nothing(
@@ -64,10 +64,10 @@ def test_every_fixture_result_file_imports_and_reimport_changes_nothing(
         "server_metrics_export.jsonl",
         "v0.5_benchmarks.yaml",
     }
-    before = queries_admin.table_counts(store)
+    before = tables.table_counts(store)
     again = import_paths(store, [fixtures_dir])
     assert all(r.error is None and r.runs == 0 and r.requests == 0 for r in again)
-    assert queries_admin.table_counts(store) == before
+    assert tables.table_counts(store) == before
 
 
 def test_llmperf_pair_recomputed_matches_the_tools_own_quantiles(
@@ -80,7 +80,7 @@ def test_llmperf_pair_recomputed_matches_the_tools_own_quantiles(
         ImportOptions(gpu_name="LPU", tags=("groq",)),
     )
     assert report.error is None and report.runs == 1 and report.requests == 150
-    run = data_queries.run_record(store, report.run_ids[0])
+    run = runs_table.run_record(store, report.run_ids[0])
     assert run is not None
     assert run["model"] == "llama2-70b-4096" and run["concurrency"] == 5
     assert run["gpu_name"] == "LPU" and run["tags"] == ["groq"]
@@ -122,7 +122,7 @@ def test_guidellm_v081_full_requests_and_our_tpot(store: Store, fixtures_dir: Pa
     tool_mean = doc["benchmarks"][0]["metrics"]["time_to_first_token_ms"]["successful"]["mean"]
     ok = req[req["status"] == "ok"]
     assert ok["ttft_ms"].mean() == pytest.approx(tool_mean, rel=1e-6)
-    run = data_queries.run_record(store, run_id)
+    run = runs_table.run_record(store, run_id)
     assert run is not None and run["concurrency"] == 16 and run["arrival"] == "concurrency"
     assert run["tool_summary"]["per_request"] == "full"
     # GuideLLM's TPOT includes the first token (≈ 10.18 ms) — ours is ≈ 10.0 ms
@@ -132,7 +132,7 @@ def test_guidellm_v081_full_requests_and_our_tpot(store: Store, fixtures_dir: Pa
 def test_guidellm_v03_is_flagged_sampled(store: Store, fixtures_dir: Path) -> None:
     [report] = import_paths(store, [fixtures_dir / "guidellm" / "v0.3_benchmarks_stripped.json"])
     assert report.requests == 1 and any("sampled" in w for w in report.warnings)
-    run = data_queries.run_record(store, report.run_ids[0])
+    run = runs_table.run_record(store, report.run_ids[0])
     assert run is not None and "sampled" in run["notes"]
     assert run["tool_summary"]["per_request"] == "sampled"
     assert run["model"] == "example_model" and run["concurrency"] == 1
@@ -146,13 +146,13 @@ def test_sglang_aggregate_lines_become_flagged_runs(store: Store, fixtures_dir: 
     offline = fixtures_dir / "sglang" / "bench_serving_llama_3_3_70b_rate_inf_output.jsonl"
     reports = import_paths(store, [online, offline])
     assert [r.runs for r in reports] == [7, 7] and all(r.requests == 0 for r in reports)
-    runs = data_queries.runs_listing(store)
+    runs = runs_table.list_runs(store)
     assert len(runs) == 14 and runs["aggregates_only"].all()
-    first = data_queries.run_record(store, reports[0].run_ids[0])
+    first = runs_table.run_record(store, reports[0].run_ids[0])
     assert first is not None
     assert first["target_rate"] == 1.0 and "aggregates only" in first["notes"]
     assert first["tool_summary"]["metrics"]["ttft_ms"]["p50"] == pytest.approx(85.74514742940664)
-    inf = data_queries.run_record(store, reports[1].run_ids[0])
+    inf = runs_table.run_record(store, reports[1].run_ids[0])
     assert inf is not None and inf["target_rate"] is None
     assert inf["tool_summary"]["raw"]["request_rate"] == "inf"
 
@@ -170,7 +170,7 @@ def test_aiperf_records_csv_with_summary_and_gpu_telemetry(
     assert req["e2e_ms"].iloc[0] == pytest.approx((1777540598974359027 - 1777540598961850641) / 1e6)
     assert req["output_tokens"].tolist() == [483, 379, 541]
     assert req["ttft_ms"].isna().all()  # a non-streaming run: no TTFT in the file
-    run = data_queries.run_record(store, rec.run_ids[0])
+    run = runs_table.run_record(store, rec.run_ids[0])
     assert run is not None and run["model"] == "mock-model" and run["concurrency"] == 4
     assert run["tool_summary"]["metrics"]["request_throughput"] == pytest.approx(1854.929714829192)
     gpu = store.read_df("SELECT * FROM gpu_samples ORDER BY ts")
@@ -185,7 +185,7 @@ def test_aiperf_summary_alone_is_aggregates_only(store: Store, fixtures_dir: Pat
         store,
         [fixtures_dir / "aiperf" / "upstream" / "v0.8.0_mock_chat_profile_export_aiperf.json"],
     )
-    run = data_queries.run_record(store, r.run_ids[0])
+    run = runs_table.run_record(store, r.run_ids[0])
     assert run is not None and run["tool_summary"]["aggregates_only"] is True
     assert "aggregates only" in run["notes"] and r.requests == 0
 
@@ -201,9 +201,9 @@ def test_vllm_detailed_hand_computed(store: Store, fixtures_dir: Path) -> None:
     assert req["tpot_ms"].tolist()[:3] == pytest.approx([20, 20, 40])
     assert req["status"].tolist() == ["ok", "ok", "ok", "error"]
     assert "connection reset" in req["error"].iloc[3]
-    gaps = data_queries.run_token_gaps(store, r.run_ids[0])
+    gaps = request_rows.run_token_gaps(store, r.run_ids[0])
     assert sorted(gaps["gap_ms"].round(6).tolist()) == [10, 20, 20, 20, 30, 40]
-    run = data_queries.run_record(store, r.run_ids[0])
+    run = runs_table.run_record(store, r.run_ids[0])
     assert run is not None
     # start_times (perf_counter) anchored at date − duration: 2025-01-02 03:04:05 UTC − 2 s
     anchor = calendar.timegm(time.strptime("20250102-030405", "%Y%m%d-%H%M%S")) - 2.0
@@ -214,12 +214,12 @@ def test_vllm_detailed_hand_computed(store: Store, fixtures_dir: Path) -> None:
 
 def test_vllm_legacy_and_append_result(store: Store, fixtures_dir: Path) -> None:
     [legacy] = import_paths(store, [fixtures_dir / "vllm" / "legacy_aggregates.json"])
-    run = data_queries.run_record(store, legacy.run_ids[0])
+    run = runs_table.run_record(store, legacy.run_ids[0])
     assert run is not None and run["tool_summary"]["aggregates_only"] is True
     assert run["tool_summary"]["metrics"]["request_goodput"] == 8.5  # the "request_goodput:" key
     [two] = import_paths(store, [fixtures_dir / "vllm" / "append_two_runs.jsonl"])
     assert two.runs == 2
-    second = data_queries.run_record(store, two.run_ids[1])
+    second = runs_table.run_record(store, two.run_ids[1])
     assert second is not None and second["target_rate"] == 4.0 and second["arrival"] == "poisson"
 
 
@@ -229,7 +229,7 @@ def test_sglang_output_details_reconstructs_e2e(store: Store, fixtures_dir: Path
     # E2E = TTFT + Σ gaps: 100 + 10 + 20 = 130, 200 + 30 = 230; TPOT = 30/2, 30/1
     assert req["e2e_ms"].tolist() == pytest.approx([130, 230])
     assert req["tpot_ms"].tolist() == pytest.approx([15, 30])
-    run = data_queries.run_record(store, r.run_ids[0])
+    run = runs_table.run_record(store, r.run_ids[0])
     assert run is not None and "reconstructed" in run["notes"] and run["framework"] == "sglang"
 
 
@@ -243,11 +243,11 @@ def test_genai_perf_raw_paired_with_summary_and_csv(store: Store, fixtures_dir: 
     assert req["e2e_ms"].tolist() == pytest.approx([131, 101])
     assert req["tpot_ms"].tolist() == pytest.approx([15.5, 21])
     assert req["output_tokens_estimated"].tolist() == [False, True]  # 2nd stream had no usage
-    gaps = data_queries.run_token_gaps(store, raw.run_ids[0])
+    gaps = request_rows.run_token_gaps(store, raw.run_ids[0])
     assert gaps["gap_ms"].tolist() == pytest.approx([10, 15, 20])
-    run = data_queries.run_record(store, raw.run_ids[0])
+    run = runs_table.run_record(store, raw.run_ids[0])
     assert run is not None and run["model"] == "llama" and run["concurrency"] == 2
-    csv = data_queries.run_record(store, reports["genai-perf-csv"].run_ids[0])
+    csv = runs_table.run_record(store, reports["genai-perf-csv"].run_ids[0])
     assert csv is not None
     metrics = csv["tool_summary"]["metrics"]
     # "1,090.50" with a thousands separator; "N/A" rows dropped
@@ -297,7 +297,7 @@ def test_aiperf_streaming_records_and_server_metrics(store: Store, fixtures_dir:
 def test_guidellm_yaml_v05(store: Store, fixtures_dir: Path) -> None:
     [r] = import_paths(store, [fixtures_dir / "guidellm" / "v0.5_benchmarks.yaml"])
     assert r.error is None and r.requests == 3
-    run = data_queries.run_record(store, r.run_ids[0])
+    run = runs_table.run_record(store, r.run_ids[0])
     assert run is not None and run["model"] == "Qwen/Qwen2.5-0.5B"
     assert run["arrival"] == "constant" and run["target_rate"] == 2.0
     assert (
@@ -319,15 +319,15 @@ def test_guidellm_v081_crosscheck_ours_vs_the_tools(store: Store, fixtures_dir: 
     our TPOT by definition: within 1 % of it. Its mean TTFT uses the same timestamps as ours.
     """
     from analysis import crosscheck
-    from store import queries
+    from store import runs_table
 
     path = fixtures_dir / "guidellm" / "v0.8.1_mock_concurrent16_ttft50_itl10_benchmarks.json"
     [report] = import_paths(store, [path])
     run_id = report.run_ids[0]
-    meta = queries.run_tool_summary(store, run_id).iloc[0]
+    meta = runs_table.run_tool_summary(store, run_id).iloc[0]
     assert meta["source"] == "guidellm" and isinstance(meta["tool_summary"], dict)
-    detail = {str(k): v for k, v in queries.run_detail(store, run_id).iloc[0].items()}
-    itl = {str(k): v for k, v in queries.run_itl_summary(store, run_id).iloc[0].items()}
+    detail = {str(k): v for k, v in run_figures.run_detail(store, run_id).iloc[0].items()}
+    itl = {str(k): v for k, v in run_figures.run_itl_summary(store, run_id).iloc[0].items()}
     df = crosscheck.compare(meta["tool_summary"], crosscheck.our_figures(detail, itl), "guidellm")
 
     def pick(metric: str, stat: str, ours: str) -> pd.Series:

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from collectors.importers import ImportOptions, Source, command, import_paths, parse_sources
 from collectors.importers.records import run_id_for
-from store import queries_admin
+from store import tables
 from store.db import Store
 
 LOCAL = Path(__file__).resolve().parents[1] / "fixtures"
@@ -93,7 +93,7 @@ def test_folder_with_nan_gap_and_huge_length_imports_the_rest_and_prints_the_sum
     assert "b_huge_length.json: key 'output_lens[1]': found 3000000000" in errors[1]
     assert "Traceback" not in err + out
     assert "4 file(s): 2 run(s), 6 request(s) imported; 2 FAILED" in out
-    counts = queries_admin.table_counts(Store.open(url))
+    counts = tables.table_counts(Store.open(url))
     assert (counts["runs"], counts["requests"], counts["token_gaps"]) == (2, 6, 9)
 
 
@@ -211,10 +211,10 @@ def test_replace_with_a_hostile_copy_keeps_the_stored_one_whole(
     good = tmp_path / "good.json"
     good.write_text(_vllm())
     [first] = import_paths(store, [good])
-    before = queries_admin.table_counts(store)
+    before = tables.table_counts(store)
     bad = tmp_path / "bad.json"
     bad.write_text(_vllm(**changes))
     [report] = import_paths(store, [bad], ImportOptions(replace=True))
     assert report.error is not None and f"key {key!r}" in report.error
-    assert queries_admin.table_counts(store) == before
+    assert tables.table_counts(store) == before
     assert _rows(store, first.run_ids) == {"runs": 1, "requests": 4, "token_gaps": 6}

@@ -8,8 +8,7 @@ import pandas as pd
 import pytest
 
 from errors import InputError
-from store import ingest
-from store import latency_queries as lq
+from store import ingest, request_rows, request_stats, runs_table
 from store.db import Store
 
 T0 = 1_700_000_000.0
@@ -92,10 +91,10 @@ def store(store_url: str) -> Iterator[Store]:
 
 
 def test_request_span_and_ttft_summary(store: Store) -> None:
-    span = lq.request_span(store, ["r1"]).iloc[0]
+    span = request_rows.request_span(store, ["r1"]).iloc[0]
     assert (span["requests"], span["ok"]) == (10, 9)
     assert (span["first_sent"], span["last_sent"], span["last_done"]) == (T0, T0 + 9, T0 + 10.5)
-    ttft = lq.ttft_summary(store, ["r1"]).iloc[0]
+    ttft = request_rows.ttft_summary(store, ["r1"]).iloc[0]
     # ok TTFTs 0, 10, …, 80: mean 40; P99 = 80 − 0.08·10 = 79.2 (linear interpolation)
     assert ttft["ttft_n"] == 9
     assert ttft["ttft_mean_ms"] == pytest.approx(40.0)
@@ -103,12 +102,12 @@ def test_request_span_and_ttft_summary(store: Store) -> None:
     assert ttft["ttft_p99_ms"] == pytest.approx(79.2)
     assert ttft["ttft_p99_9_ms"] == pytest.approx(79.92)
     # a window on sent_at: seqs 2..4
-    w = lq.ttft_summary(store, ["r1"], since=T0 + 2, until=T0 + 5).iloc[0]
+    w = request_rows.ttft_summary(store, ["r1"], since=T0 + 2, until=T0 + 5).iloc[0]
     assert (w["ttft_n"], w["ttft_mean_ms"]) == (3, pytest.approx(30.0))
 
 
 def test_bucket_latency_by_input(store: Store) -> None:
-    df = lq.bucket_latency(store, ["r1"], (256, 1024), "input")
+    df = request_stats.bucket_latency(store, ["r1"], (256, 1024), "input")
     assert df["metric"].unique().tolist() == ["ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"]
     ttft = df[df["metric"] == "ttft_ms"].set_index("bucket")
     # <256: seqs 0, 1, 5, 6, 7 (seq 9 failed) → TTFT 0, 10, 50, 60, 70
@@ -122,15 +121,10 @@ def test_bucket_latency_by_input(store: Store) -> None:
     assert itl["bucket"].tolist() == [0]
     assert itl["n"].tolist() == [3]
     assert itl["p50_ms"].tolist() == [2.0]
-    # the same as queries.latency_by_bucket
-    from store.queries import latency_by_bucket
-
-    ref = latency_by_bucket(store, "ttft_ms", (256, 1024), ["r1"])
-    assert ref["p99_ms"].tolist() == pytest.approx(ttft["p99_ms"].tolist())
 
 
 def test_bucket_latency_by_output_in_a_window(store: Store) -> None:
-    df = lq.bucket_latency(store, ["r1"], (32, 64), "output", since=T0, until=T0 + 5)
+    df = request_stats.bucket_latency(store, ["r1"], (32, 64), "output", since=T0, until=T0 + 5)
     ttft = df[df["metric"] == "ttft_ms"]
     # seqs 0..4: outputs 10, 20, 30 (<32) and 40, 50 (32–64)
     assert ttft["bucket"].tolist() == [0, 1]
@@ -138,23 +132,23 @@ def test_bucket_latency_by_output_in_a_window(store: Store) -> None:
     assert ttft["mean_ms"].tolist() == pytest.approx([10.0, 35.0])
     itl = df[df["metric"] == "itl_ms"]
     assert (itl["n"].tolist(), itl["mean_ms"].tolist()) == ([3], [2.0])
-    only = lq.bucket_latency(store, ["r1"], (32, 64), "output", metrics=("e2e_ms",))
+    only = request_stats.bucket_latency(store, ["r1"], (32, 64), "output", metrics=("e2e_ms",))
     assert only["metric"].unique().tolist() == ["e2e_ms"]
     # ok outputs <32: 10, 20, 30; 32–64: 40, 50, 60; ≥64: 70, 80, 90 (seq 9 failed)
     assert only["bucket"].tolist() == [0, 1, 2]
     assert only["n"].tolist() == [3, 3, 3]
     with pytest.raises(InputError):
-        lq.bucket_latency(store, ["r1"], (32, 64), "input", metrics=("lag_ms",))
+        request_stats.bucket_latency(store, ["r1"], (32, 64), "input", metrics=("lag_ms",))
     with pytest.raises(InputError):
-        lq.bucket_latency(store, ["r1"], (32, 64), "sideways")
+        request_stats.bucket_latency(store, ["r1"], (32, 64), "sideways")
     with pytest.raises(InputError):
-        lq.bucket_latency(store, ["r1"], (64, 32), "input")
+        request_stats.bucket_latency(store, ["r1"], (64, 32), "input")
     with pytest.raises(InputError):
-        lq.bucket_latency(store, [], (64,), "input")
+        request_stats.bucket_latency(store, [], (64,), "input")
 
 
 def test_ttft_heatmap_and_timeline(store: Store) -> None:
-    heat = lq.ttft_heatmap(store, ["r1"], (256, 1024), t0=T0, window_s=5)
+    heat = request_stats.ttft_heatmap(store, ["r1"], (256, 1024), t0=T0, window_s=5)
     cells = {(b, w): (n, p) for b, w, n, p in heat[["bucket", "window", "n", "p99_ms"]].to_numpy()}
     # bucket −1: the window's requests together; P50 of 0…40 and of 50…80
     totals = heat[(heat["bucket"] == -1) & (heat["window"] >= 0)]
@@ -172,7 +166,7 @@ def test_ttft_heatmap_and_timeline(store: Store) -> None:
     assert cells[(0, 1)] == (3, pytest.approx(69.8))  # 50, 60, 70
     assert cells[(2, 1)] == (1, 80.0)
     assert len(cells) == 5
-    tl = lq.latency_timeline(store, ["r1"], t0=T0, window_s=5)
+    tl = request_stats.latency_timeline(store, ["r1"], t0=T0, window_s=5)
     assert tl["window"].tolist() == [0, 1]
     assert tl["window_start"].tolist() == [T0, T0 + 5]
     assert tl["n"].tolist() == [5, 4]
@@ -182,34 +176,34 @@ def test_ttft_heatmap_and_timeline(store: Store) -> None:
 
 
 def test_request_sample_is_a_bounded_stride(store: Store) -> None:
-    sample, stride = lq.request_sample(store, ["r1"], limit=4)
+    sample, stride = request_rows.request_sample(store, ["r1"], limit=4)
     assert stride == 3  # ⌈10 / 4⌉
     assert sample["seq"].tolist() == [0, 3, 6, 9]
     assert sample["status"].tolist() == ["ok", "ok", "ok", "error"]
-    everything, k = lq.request_sample(store, ["r1", "r2"], limit=100)
+    everything, k = request_rows.request_sample(store, ["r1", "r2"], limit=100)
     assert (len(everything), k) == (20, 1)
     assert everything["sent_at"].is_monotonic_increasing
 
 
 def test_slowest_requests_and_in_flight(store: Store) -> None:
-    slow = lq.slowest_requests(store, ["r1"], 3)
+    slow = request_rows.slowest_requests(store, ["r1"], 3)
     assert slow["rank"].tolist() == [1, 2, 3]
     assert slow["seq"].tolist() == [8, 7, 6]  # seq 9 (TTFT 90) failed
-    by_e2e = lq.slowest_requests(store, ["r1"], 1, "e2e_ms")
+    by_e2e = request_rows.slowest_requests(store, ["r1"], 1, "e2e_ms")
     assert by_e2e["seq"].tolist() == [8]
     with pytest.raises(InputError):
-        lq.slowest_requests(store, ["r1"], 0)
+        request_rows.slowest_requests(store, ["r1"], 0)
     with pytest.raises(InputError):
-        lq.slowest_requests(store, ["r1"], 3, "lag_ms")
+        request_rows.slowest_requests(store, ["r1"], 3, "lag_ms")
     # requests last 1.5 s, one sent per second: at T0+0.5 only #0; at T0+1.2 #0 and #1;
     # at T0+1.5 #0 is done (done_at exclusive); after the end nothing
-    fl = lq.in_flight_at(store, "r1", [T0 + 0.5, T0 + 1.2, T0 + 1.5, T0 + 100])
+    fl = request_rows.in_flight_at(store, "r1", [T0 + 0.5, T0 + 1.2, T0 + 1.5, T0 + 100])
     assert fl["in_flight"].tolist() == [1, 2, 1, 0]
-    assert lq.in_flight_at(store, "r1", []).empty
+    assert request_rows.in_flight_at(store, "r1", []).empty
 
 
 def test_load_levels_follow_the_bench_invocation(store: Store) -> None:
-    levels = lq.load_levels(store, "r1")
+    levels = runs_table.load_levels(store, "r1")
     assert levels["run_id"].tolist() == ["r1", "r3"]  # r2 belongs to another bench_id
     assert levels["load"].tolist() == [4.0, 16.0]
     # 9 ok requests, 450 output tokens over the run's 10 s
@@ -217,5 +211,5 @@ def test_load_levels_follow_the_bench_invocation(store: Store) -> None:
     assert levels["output_throughput"].tolist() == pytest.approx([45.0, 45.0])
     # r2's invocation measured one level only: its series is every run on the same endpoint,
     # framework, model and workload
-    assert lq.load_levels(store, "r2")["run_id"].tolist() == ["r1", "r2", "r3"]
-    assert lq.load_levels(store, "nope").empty
+    assert runs_table.load_levels(store, "r2")["run_id"].tolist() == ["r1", "r2", "r3"]
+    assert runs_table.load_levels(store, "nope").empty

@@ -8,8 +8,7 @@ import pandas as pd
 import pytest
 
 from errors import InputError
-from store import ingest
-from store import memory_queries as mq
+from store import ingest, sample_timelines
 from store.db import Store
 
 T0 = 1_700_000_000.0
@@ -89,7 +88,9 @@ def store(store_url: str) -> Iterator[Store]:
 
 
 def test_engine_timeline_bins_gauges_by_mean_and_counters_by_max(store: Store) -> None:
-    df = mq.engine_timeline(store, ["a"], since=T0, until=T0 + 4, max_points=2)  # 2 s bins
+    df = sample_timelines.engine_timeline(
+        store, ["a"], since=T0, until=T0 + 4, max_points=2
+    )  # 2 s bins
     kv = df[df["metric"] == "kv_cache_usage"]
     assert kv["ts"].tolist() == [T0, T0 + 2]
     assert kv["value"].tolist() == pytest.approx([0.15, 0.35])
@@ -97,16 +98,18 @@ def test_engine_timeline_bins_gauges_by_mean_and_counters_by_max(store: Store) -
     assert kv["samples"].tolist() == [2, 2]
     pre = df[df["metric"] == "preemptions_total"]
     assert pre["value"].tolist() == [1.0, 3.0]  # the cumulative value at the bin's end
-    unbinned = mq.engine_timeline(store, ["a", "b"], since=T0, until=T0 + 4, max_points=1000)
+    unbinned = sample_timelines.engine_timeline(
+        store, ["a", "b"], since=T0, until=T0 + 4, max_points=1000
+    )
     assert set(unbinned["target"]) == {"a", "b"}
     assert len(unbinned[unbinned["target"] == "a"]) == 12
-    assert mq.engine_timeline(store, [], since=T0, until=T0 + 4).empty
+    assert sample_timelines.engine_timeline(store, [], since=T0, until=T0 + 4).empty
     with pytest.raises(InputError):
-        mq.engine_timeline(store, ["a"], since=T0 + 4, until=T0)
+        sample_timelines.engine_timeline(store, ["a"], since=T0 + 4, until=T0)
 
 
 def test_gpu_timeline_per_gpu(store: Store) -> None:
-    df = mq.gpu_timeline(store, ["h"], since=T0, until=T0 + 4, max_points=2)
+    df = sample_timelines.gpu_timeline(store, ["h"], since=T0, until=T0 + 4, max_points=2)
     gpu0 = df[df["gpu_index"] == 0]
     assert gpu0["ts"].tolist() == [T0, T0 + 2]
     assert (gpu0["mem_used_bytes"] / GIB).tolist() == [1.5, 3.5]
@@ -114,23 +117,23 @@ def test_gpu_timeline_per_gpu(store: Store) -> None:
     assert (gpu0["mem_total_bytes"] / GIB).tolist() == [8.0, 8.0]
     assert gpu0["util_gpu"].tolist() == pytest.approx([0.6, 0.9])
     assert len(df[df["gpu_index"] == 1]) == 2
-    assert len(mq.gpu_timeline(store, None, since=T0, until=T0 + 4)) == 8
-    assert mq.gpu_timeline(store, [], since=T0, until=T0 + 4).empty
-    assert mq.gpu_timeline(store, ["nope"], since=T0, until=T0 + 4).empty
+    assert len(sample_timelines.gpu_timeline(store, None, since=T0, until=T0 + 4)) == 8
+    assert sample_timelines.gpu_timeline(store, [], since=T0, until=T0 + 4).empty
+    assert sample_timelines.gpu_timeline(store, ["nope"], since=T0, until=T0 + 4).empty
 
 
 def test_run_sources_recorded_or_found_in_the_span(store: Store) -> None:
-    rec = mq.run_sources(store, "rec")
+    rec = sample_timelines.run_sources(store, "rec")
     assert rec == {"since": T0, "until": T0 + 4, "targets": ["a"], "hosts": ["h"], "recorded": True}
-    bare = mq.run_sources(store, "bare")
+    bare = sample_timelines.run_sources(store, "bare")
     assert bare["targets"] == ["a", "b"]
     assert bare["hosts"] == ["h"]
     assert bare["recorded"] is False
-    assert mq.run_sources(store, "nope") == {}
+    assert sample_timelines.run_sources(store, "nope") == {}
 
 
 def test_aligned_runs_start_at_zero(store: Store) -> None:
-    df = mq.aligned_runs(store, ["rec", "later"], max_points=1000)
+    df = sample_timelines.aligned_runs(store, ["rec", "later"], max_points=1000)
     kv = df[df["series"] == "kv_cache_usage"]
     assert kv[kv["run_id"] == "rec"]["t"].tolist() == pytest.approx([0.0, 1.0, 2.0, 3.0])
     assert kv[kv["run_id"] == "later"]["t"].tolist() == pytest.approx([0.0, 1.0, 2.0, 3.0])
@@ -139,11 +142,11 @@ def test_aligned_runs_start_at_zero(store: Store) -> None:
     assert mem["run_id"].unique().tolist() == ["rec"]  # later recorded no hosts
     # GPU 0 + GPU 1 per instant
     assert (mem["value"] / GIB).tolist() == pytest.approx([2.0, 3.0, 4.0, 5.0])
-    assert mq.aligned_runs(store, ["nope"]).empty
+    assert sample_timelines.aligned_runs(store, ["nope"]).empty
 
 
 def test_run_states_summarise_each_runs_sources(store: Store) -> None:
-    df = mq.run_states(store, ["rec", "later", "nope"]).set_index("run_id")
+    df = sample_timelines.run_states(store, ["rec", "later", "nope"]).set_index("run_id")
     # rec: GPUs 0 and 1 over T0..T0+4: util (0.5 + 0.7 + 0.9 + 0.9 + 4 × 0.1) / 8 = 0.425
     assert df.loc["rec", "gpu_util"] == pytest.approx(0.425)
     assert df.loc["rec", "kv_max"] == pytest.approx(0.4)

@@ -11,7 +11,7 @@ import pytest
 
 from analysis import metrics
 from errors import InputError
-from store import ingest, queries
+from store import ingest, request_rows, request_stats, run_figures, runs_table
 from store.db import Store
 
 
@@ -126,17 +126,17 @@ def _seed(store: Store) -> None:
 
 
 def test_empty_store(store: Store) -> None:
-    assert queries.store_overview(store).empty
-    assert queries.latest_runs(store).empty
-    assert queries.run_detail(store, "a").empty
-    itl = queries.run_itl_summary(store, "a")
+    assert runs_table.store_overview(store).empty
+    assert runs_table.latest_runs(store).empty
+    assert run_figures.run_detail(store, "a").empty
+    itl = run_figures.run_itl_summary(store, "a")
     assert itl["itl_n"].tolist() == [0]
-    assert queries.run_metric_sample(store, "a", "ttft_ms").empty
+    assert request_rows.run_metric_sample(store, "a", "ttft_ms").empty
 
 
 def test_store_overview(store: Store) -> None:
     _seed(store)
-    df = queries.store_overview(store)
+    df = runs_table.store_overview(store)
     df = df.astype({"framework": object, "model": object}).where(df.notna(), None)
     rows = {
         (r.source, r.framework, r.model): (
@@ -157,7 +157,7 @@ def test_store_overview(store: Store) -> None:
 
 def test_latest_runs_hand_computed(store: Store) -> None:
     _seed(store)
-    df = queries.latest_runs(store, limit=10)
+    df = runs_table.latest_runs(store, limit=10)
     assert df["run_id"].tolist() == ["a", "b", "c", "d"]  # newest first
     a, b, c, d = (df.iloc[i] for i in range(4))
     assert (a["requests"], a["ok"], a["errors"], a["output_tokens"]) == (5, 4, 1, 100)
@@ -188,14 +188,14 @@ def test_latest_runs_hand_computed(store: Store) -> None:
     assert pd.isna(d["duration_s"]) and pd.isna(d["output_throughput"])
     assert pd.isna(d["client_bound"])
 
-    assert queries.latest_runs(store, limit=2)["run_id"].tolist() == ["a", "b"]
+    assert runs_table.latest_runs(store, limit=2)["run_id"].tolist() == ["a", "b"]
     with pytest.raises(InputError):
-        queries.latest_runs(store, limit=0)
+        runs_table.latest_runs(store, limit=0)
 
 
 def test_run_detail_hand_computed(store: Store) -> None:
     _seed(store)
-    df = queries.run_detail(store, "a")
+    df = run_figures.run_detail(store, "a")
     assert len(df) == 1
     r = df.iloc[0]
     assert r["name"] == "run a" and r["framework"] == "sim"
@@ -214,28 +214,28 @@ def test_run_detail_hand_computed(store: Store) -> None:
     assert r["lag_p50_ms"] == pytest.approx(2.0)
     assert r["lag_p99_ms"] == pytest.approx(3.96)
 
-    b = queries.run_detail(store, "b").iloc[0]
+    b = run_figures.run_detail(store, "b").iloc[0]
     assert b["timeouts"] == 1 and pd.isna(b["output_throughput_per_gpu"])
-    assert queries.run_detail(store, "nope").empty
+    assert run_figures.run_detail(store, "nope").empty
 
 
 def test_run_itl_summary_pools_gaps_of_successful_requests(store: Store) -> None:
     _seed(store)
-    itl = queries.run_itl_summary(store, "a").iloc[0]
+    itl = run_figures.run_itl_summary(store, "a").iloc[0]
     assert itl["itl_n"] == 3
     assert itl["itl_mean_ms"] == pytest.approx(2.0)
     assert itl["itl_p50_ms"] == pytest.approx(2.0)
     assert itl["itl_p99_ms"] == pytest.approx(2.98)  # rank 0.99 × 2 = 1.98
-    assert queries.run_itl_summary(store, "b").iloc[0]["itl_n"] == 0
+    assert run_figures.run_itl_summary(store, "b").iloc[0]["itl_n"] == 0
 
 
 def test_run_errors(store: Store) -> None:
     _seed(store)
-    errors = queries.run_errors(store, "a")
+    errors = request_rows.run_errors(store, "a")
     assert errors.to_dict("records") == [
         {"status": "error", "http_status": 503, "error": "overloaded", "count": 1}
     ]
-    assert queries.run_errors(store, "c").empty
+    assert request_rows.run_errors(store, "c").empty
 
 
 def _big_run(store: Store, n: int = 1000, seed: int = 7) -> pd.DataFrame:
@@ -272,7 +272,7 @@ def test_sql_agrees_with_analysis_metrics(store: Store) -> None:
     """The SQL percentiles and throughputs are the definitions of analysis.metrics."""
     rows = _big_run(store)
     expected = metrics.run_summary(rows, duration_s=50.0)
-    got = queries.run_detail(store, "big").iloc[0]
+    got = run_figures.run_detail(store, "big").iloc[0]
     assert got["ok"] == expected.ok and got["errors"] == expected.errors
     assert got["output_throughput"] == pytest.approx(expected.output_throughput)
     assert got["request_throughput"] == pytest.approx(expected.request_throughput)
@@ -285,32 +285,32 @@ def test_sql_agrees_with_analysis_metrics(store: Store) -> None:
         assert got[f"{name}_n"] == dist.n
         for p in ("p50", "p90", "p95", "p99"):
             assert got[f"{name}_{p}_ms"] == pytest.approx(getattr(dist, p), rel=1e-9), (name, p)
-    latest = queries.latest_runs(store).iloc[0]
+    latest = runs_table.latest_runs(store).iloc[0]
     assert latest["ttft_p99_ms"] == pytest.approx(expected.ttft_ms.p99, rel=1e-9)
     assert latest["tpot_p50_ms"] == pytest.approx(expected.tpot_ms.p50, rel=1e-9)
 
 
 def test_samples_are_bounded_and_span_the_run(store: Store) -> None:
     rows = _big_run(store)
-    sample = queries.run_requests(store, "big", limit=100)
+    sample = request_rows.run_requests(store, "big", limit=100)
     assert len(sample) == 100
     assert sample["seq"].tolist() == list(range(0, 1000, 10))  # every 10th request
-    assert len(queries.run_requests(store, "big", limit=5000)) == 1000
+    assert len(request_rows.run_requests(store, "big", limit=5000)) == 1000
 
     ok_ttft = rows.loc[rows["status"] == "ok", "ttft_ms"]
-    values = queries.run_metric_sample(store, "big", "ttft_ms", limit=100)["value"]
+    values = request_rows.run_metric_sample(store, "big", "ttft_ms", limit=100)["value"]
     assert 50 <= len(values) <= 100
     assert set(values).issubset(set(ok_ttft))
-    everything = queries.run_metric_sample(store, "big", "ttft_ms", limit=10_000)["value"]
+    everything = request_rows.run_metric_sample(store, "big", "ttft_ms", limit=10_000)["value"]
     assert sorted(everything) == pytest.approx(sorted(ok_ttft))
 
-    itl = queries.run_metric_sample(store, "big", "itl_ms", limit=500)["value"]
+    itl = request_rows.run_metric_sample(store, "big", "itl_ms", limit=500)["value"]
     assert 200 <= len(itl) <= 500
     with pytest.raises(InputError, match="ttft_ms"):
-        queries.run_metric_sample(store, "big", "bogus")
+        request_rows.run_metric_sample(store, "big", "bogus")
 
 
-def test_latency_by_bucket_hand_computed(store: Store) -> None:
+def test_bucket_latency_hand_computed(store: Store) -> None:
     ingest.add_requests(
         store,
         pd.DataFrame(
@@ -331,7 +331,9 @@ def test_latency_by_bucket_hand_computed(store: Store) -> None:
             {"run_id": "y", "seq": [0], "status": "ok", "input_tokens": 100, "ttft_ms": 50.0}
         ),
     )
-    df = queries.latency_by_bucket(store, "ttft_ms", edges=(256, 1024, 4096, 16384, 65536))
+    df = request_stats.bucket_latency(
+        store, ["x", "y"], (256, 1024, 4096, 16384, 65536), metrics=("ttft_ms",)
+    )
     # <256: 1, 3, 50 (run y) · 256–1k: 10, 20 · 1k–4k: 5 · ≥64k: 7; unknown length and the error out
     assert df["bucket"].tolist() == [0, 1, 2, 5]
     assert df["n"].tolist() == [3, 2, 1, 1]
@@ -340,22 +342,23 @@ def test_latency_by_bucket_hand_computed(store: Store) -> None:
     assert df["p99_9_ms"].iloc[1] == pytest.approx(10.0 + 0.999 * 10.0)
     assert df["mean_ms"].iloc[0] == pytest.approx(18.0)
 
-    only_x = queries.latency_by_bucket(store, "ttft_ms", edges=(256, 1024), run_ids=["x"])
+    only_x = request_stats.bucket_latency(store, ["x"], (256, 1024), metrics=("ttft_ms",))
     assert only_x["bucket"].tolist() == [0, 1, 2]
     assert only_x["n"].tolist() == [2, 2, 2]  # <256 · 256–1k · ≥1k
-    assert queries.latency_by_bucket(store, run_ids=[]).empty
-    with pytest.raises(InputError):
-        queries.latency_by_bucket(store, edges=(1024, 256))
+    with pytest.raises(InputError, match="no run selected"):
+        request_stats.bucket_latency(store, [], (256,))
+    with pytest.raises(InputError, match="increasing"):
+        request_stats.bucket_latency(store, ["x"], (1024, 256))
 
 
-def test_latency_by_bucket_agrees_with_analysis(store: Store) -> None:
+def test_bucket_latency_agrees_with_analysis(store: Store) -> None:
     from analysis.buckets import DEFAULT_EDGES, assign_buckets, bucket_labels
 
     rows = _big_run(store)
     ok = rows[rows["status"] == "ok"]
     labels = bucket_labels(DEFAULT_EDGES)
     expected = ok.groupby(assign_buckets(ok["input_tokens"]), observed=True)["ttft_ms"]
-    got = queries.latency_by_bucket(store, "ttft_ms", DEFAULT_EDGES, run_ids=["big"])
+    got = request_stats.bucket_latency(store, ["big"], DEFAULT_EDGES, metrics=("ttft_ms",))
     assert [labels[b] for b in got["bucket"].tolist()] == [str(k) for k in expected.groups]
     for row in got.to_dict("records"):
         values = expected.get_group(labels[int(row["bucket"])])

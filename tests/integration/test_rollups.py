@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from errors import ConfigError
-from store import compare_queries, ingest, latency_queries, rollups, run_stats
+from store import ingest, request_stats, rollups, run_figures, runs_table
 from store.db import Store
 
 
@@ -43,7 +43,7 @@ class Counter:
 
     def __call__(self, ids: list[str]) -> pd.DataFrame:
         self.asked.append(list(ids))
-        return run_stats.compute(self.store, ids)
+        return run_figures.compute(self.store, ids)
 
 
 @pytest.fixture
@@ -82,21 +82,21 @@ def test_served_from_the_store_until_the_runs_rows_change(store: Store) -> None:
 
 
 def test_token_gaps_and_reimports_and_deletes_invalidate(store: Store) -> None:
-    assert run_stats.get(store, ["a"])["itl_n"].tolist() == [0]
+    assert run_figures.get(store, ["a"])["itl_n"].tolist() == [0]
     gaps = pd.DataFrame({"run_id": "a", "seq": [0, 0, 1], "idx": [0, 1, 0], "gap_ms": 2.0})
     ingest.add_token_gaps(store, gaps)
-    assert run_stats.get(store, ["a"])["itl_n"].tolist() == [3]
+    assert run_figures.get(store, ["a"])["itl_n"].tolist() == [3]
 
     before = int(store.read_df("SELECT data_version FROM runs WHERE run_id = 'a'").iloc[0, 0])
     # re-imported as aggregates only (no rows): the stored summary must not survive
     ingest.replace_runs(store, [ingest.RunRows({"run_id": "a"})])
     after = int(store.read_df("SELECT data_version FROM runs WHERE run_id = 'a'").iloc[0, 0])
     assert after > before
-    assert run_stats.get(store, ["a"]).empty  # the old summary is not served…
+    assert run_figures.get(store, ["a"]).empty  # the old summary is not served…
     kept = rollups.stored(store)
     assert kept.loc[kept["run_id"] == "a", "data_version"].tolist() == [after]  # …and is gone
 
-    run_stats.get(store, ["b"])
+    run_figures.get(store, ["b"])
     assert "b" in set(rollups.stored(store)["run_id"])
     ingest.delete_run(store, "b")
     assert "b" not in set(rollups.stored(store)["run_id"])
@@ -104,41 +104,41 @@ def test_token_gaps_and_reimports_and_deletes_invalidate(store: Store) -> None:
 
 def test_a_result_that_raced_with_a_write_is_never_served(store: Store) -> None:
     def compute_then_write(ids: list[str]) -> pd.DataFrame:
-        result = run_stats.compute(store, ids)  # aggregated from the rows before the write
+        result = run_figures.compute(store, ids)  # aggregated from the rows before the write
         ingest.add_requests(store, _requests("a", [1000.0], start=10))
         return result
 
     stale = rollups.cached_runs(store, ["a"], "run_stats", {}, compute_then_write)
     assert stale["requests"].tolist() == [3]
     assert len(rollups.stored(store)) == 1  # kept, but tagged with the version it reflects
-    assert run_stats.get(store, ["a"])["requests"].tolist() == [4]  # not served: recomputed
+    assert run_figures.get(store, ["a"])["requests"].tolist() == [4]  # not served: recomputed
 
 
 def test_cheap_results_are_not_kept(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SERVESCOPE_ROLLUP_MIN_MS", "60000")
-    assert run_stats.get(store, ["a", "b"])["requests"].tolist() == [3, 2]
+    assert run_figures.get(store, ["a", "b"])["requests"].tolist() == [3, 2]
     assert rollups.stored(store).empty
     monkeypatch.setenv("SERVESCOPE_ROLLUP_MIN_MS", "soon")
     with pytest.raises(ConfigError, match="SERVESCOPE_ROLLUP_MIN_MS='soon'"):
-        run_stats.get(store, ["a"])
+        run_figures.get(store, ["a"])
 
 
 def test_single_run_reads_keep_whole_runs_only(store: Store) -> None:
-    whole = latency_queries.bucket_latency(store, ["a"], [50, 500], metrics=("ttft_ms",))
+    whole = request_stats.bucket_latency(store, ["a"], [50, 500], metrics=("ttft_ms",))
     kinds = rollups.stored(store)
     assert (kinds["kind"] == "bucket_latency").sum() == 1
     # the same read again comes back equal from the store
     pd.testing.assert_frame_equal(
-        latency_queries.bucket_latency(store, ["a"], [50, 500], metrics=("ttft_ms",)), whole
+        request_stats.bucket_latency(store, ["a"], [50, 500], metrics=("ttft_ms",)), whole
     )
     # a window, or several runs, are computed each time and not kept
-    latency_queries.bucket_latency(store, ["a"], [50, 500], since=1000.5, metrics=("ttft_ms",))
-    latency_queries.bucket_latency(store, ["a", "b"], [50, 500], metrics=("ttft_ms",))
+    request_stats.bucket_latency(store, ["a"], [50, 500], since=1000.5, metrics=("ttft_ms",))
+    request_stats.bucket_latency(store, ["a", "b"], [50, 500], metrics=("ttft_ms",))
     assert (rollups.stored(store)["kind"] == "bucket_latency").sum() == 1
 
 
 def test_figures_derive_duration_and_throughput(store: Store) -> None:
-    df = compare_queries.run_aggregates(store, ["a", "empty"])
+    df = runs_table.run_aggregates(store, ["a", "empty"])
     a, empty = df.iloc[0], df.iloc[1]
     # no duration_s and no ended_at: first send (1000.0) → last completion (1002.5)
     assert a["duration_s"] == pytest.approx(2.5)
@@ -157,7 +157,7 @@ def test_a_locked_store_still_answers(
     with ExitStack() as held:
 
         def compute_then_lock(ids: list[str]) -> pd.DataFrame:
-            result = run_stats.compute(store, ids)
+            result = run_figures.compute(store, ids)
             held.enter_context(duckdb_lock(path))
             return result
 
@@ -183,32 +183,28 @@ def test_db_prepare_keeps_every_runs_summary(
 def test_attainment_of_several_profiles_is_kept_from_one_scan(store: Store) -> None:
     loose = {"ttft_base": 1e9, "ttft_per_1k": 0.0, "tpot": 1e9, "e2e": 1e9}
     tight = {"ttft_base": 25.0, "ttft_per_1k": 0.0, "tpot": 1e9, "e2e": 1e9}
-    compare_queries.prepare_attainment(store, ["a", "b", "missing"], [loose, tight])
+    request_stats.prepare_attainment(store, ["a", "b", "missing"], [loose, tight])
     kept = rollups.stored(store)
     assert sorted(kept.loc[kept["kind"] == "slo_attainment", "run_id"]) == ["a", "a", "b", "b"]
     cols = ["run_id", "params", "computed_at"]
     fresh = kept.loc[kept["kind"] == "slo_attainment", cols].reset_index(drop=True)
     # served from what was kept: the same counts a scan gives, and nothing recomputed
-    tight_counts = compare_queries.slo_attainment(store, ["a", "b"], tight)
+    tight_counts = request_stats.slo_attainment(store, ["a", "b"], tight)
     assert tight_counts["ttft_met"].tolist() == [2, 0]  # a: 10, 20 ≤ 25 < 30; b: 100, 300
-    assert compare_queries.slo_attainment(store, ["a", "b"], loose)["met"].tolist() == [3, 2]
+    assert request_stats.slo_attainment(store, ["a", "b"], loose)["met"].tolist() == [3, 2]
     after = rollups.stored(store)
     after = after.loc[after["kind"] == "slo_attainment", cols].reset_index(drop=True)
     pd.testing.assert_frame_equal(after, fresh)
 
 
 def test_light_reads_throughput_without_the_percentiles(store: Store) -> None:
-    cheap = run_stats.light(store, ["a", "b"])  # nothing kept yet: a scan without percentiles
+    cheap = run_figures.light_stats(store, ["a", "b"])  # nothing kept yet: a scan without percentiles
     assert rollups.stored(store).empty
     assert "ttft_p50_ms" not in cheap and cheap["requests"].tolist() == [3, 2]
-    full = run_stats.get(store, ["a", "b"])
-    kept = run_stats.light(store, ["a", "b"])  # now the kept summaries themselves
+    full = run_figures.get(store, ["a", "b"])
+    kept = run_figures.light_stats(store, ["a", "b"])  # now the kept summaries themselves
     pd.testing.assert_frame_equal(kept, full)
-    runs = store.read_df("SELECT run_id, duration_s, started_at, ended_at, gpu_count FROM runs")
-    a = runs[runs["run_id"] == "a"]
-    assert run_stats.figures(a, cheap)["output_throughput"].tolist() == pytest.approx(
-        run_stats.figures(a, full)["output_throughput"].tolist()
-    )
+    assert cheap["output_throughput"].tolist() == pytest.approx(full["output_throughput"].tolist())
 
 
 def test_concurrent_writes_never_leave_a_stale_summary(store: Store) -> None:
@@ -237,11 +233,11 @@ def test_concurrent_writes_never_leave_a_stale_summary(store: Store) -> None:
     reads = 0
     while not done.is_set() or reads < 3:
         before = committed[-1]
-        got = int(run_stats.get(store, ["a"])["requests"].iloc[0])
+        got = int(run_figures.get(store, ["a"])["requests"].iloc[0])
         assert got >= before  # never older than what was committed before the read
         reads += 1
     thread.join()
     assert not errors
     final = 3 + batches * size
-    assert int(run_stats.get(store, ["a"])["requests"].iloc[0]) == final
-    assert run_stats.get(store, ["a"])["ttft_n"].tolist() == [final]
+    assert int(run_figures.get(store, ["a"])["requests"].iloc[0]) == final
+    assert run_figures.get(store, ["a"])["ttft_n"].tolist() == [final]

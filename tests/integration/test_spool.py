@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from sim.mockserver import MockServer
-from store import ingest, queries_admin
+from store import ingest, tables
 from store.db import Store, store_location
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -156,7 +156,7 @@ def test_a_shared_spool_folder_keeps_each_batch_for_its_store(
     report = ingest.ingest_spool(y, shared)
     assert (report.rows, report.batches) == (0, 0)
     assert report.others == {x.url: 1}
-    assert queries_admin.table_counts(y)["runs"] == 0
+    assert tables.table_counts(y)["runs"] == 0
     y.dispose()
     x.dispose()
     env = _env(SERVESCOPE_SPOOL_DIR=str(shared))
@@ -275,6 +275,6 @@ def test_one_store_reached_by_two_urls_has_one_spool(
     report = ingest.ingest_spool(b, ib.spool_dir)
     assert (report.rows, report.batches, report.others) == (5, 1, {})
     assert a.read_df("select run_id, status from runs").values.tolist() == [["a1", "completed"]]
-    assert queries_admin.table_counts(a)["requests"] == 4
+    assert tables.table_counts(a)["requests"] == 4
     for store in (a, b, other):
         store.dispose()

@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 
 from errors import ConfigError, InputError, StoreError, StoreLockedError
-from store import catalog, ingest, migrations, queries_admin, run_stats, schema
+from store import catalog, ingest, migrations, run_figures, schema, tables
 from store.db import Store
 
 
@@ -83,7 +83,7 @@ def test_bulk_rejects_unknown_columns_and_writes_nothing(store_url: str) -> None
     bad = _requests("r1", 3).assign(api_key="x")
     with pytest.raises(InputError, match="api_key"):
         ingest.add_requests(store, bad)
-    assert queries_admin.table_counts(store)["requests"] == 0
+    assert tables.table_counts(store)["requests"] == 0
 
 
 @pytest.mark.parametrize(
@@ -102,7 +102,7 @@ def test_a_bulk_write_the_database_refuses_is_a_store_error_naming_why(
     ingest.add_requests(store, _requests("kept", 2))
     with pytest.raises(StoreError, match=reason):
         ingest.add_rows(store, table, rows)
-    counts = queries_admin.table_counts(store)
+    counts = tables.table_counts(store)
     assert counts["requests"] == 2 and counts["token_gaps"] == 0
 
 
@@ -116,12 +116,12 @@ def test_replace_run_is_all_or_nothing(store_url: str) -> None:
             store, {"run_id": "imp", "name": "v2"}, _requests("imp", 20).assign(bogus=1), gaps
         )
     assert store.read_df("SELECT name FROM runs")["name"].tolist() == ["v1"]
-    assert queries_admin.table_counts(store)["requests"] == 10
+    assert tables.table_counts(store)["requests"] == 10
     ingest.replace_run(store, {"run_id": "imp", "name": "v2"}, _requests("imp", 20), gaps)
-    counts = queries_admin.table_counts(store)
+    counts = tables.table_counts(store)
     assert (counts["runs"], counts["requests"], counts["token_gaps"]) == (1, 20, 2)
     ingest.delete_run(store, "imp")
-    counts = queries_admin.table_counts(store)
+    counts = tables.table_counts(store)
     assert (counts["runs"], counts["requests"], counts["token_gaps"]) == (0, 0, 0)
 
 
@@ -162,7 +162,7 @@ def test_duckdb_lock_spools_then_ingests(
     # the next successful flush stores the new rows and the spooled batch
     writer.add("requests", _requests("r1", 10, start=50).to_dict("records"))
     writer.close()
-    assert queries_admin.table_counts(store)["requests"] == 60
+    assert tables.table_counts(store)["requests"] == 60
     assert not list((tmp_path / "spool").glob("*.json"))
 
 
@@ -174,9 +174,9 @@ def test_buffered_writer_background_flushes(tmp_path: Path) -> None:
     writer.add_run({"run_id": "w1", "status": "running"})
     writer.add("requests", _requests("w1", 100).to_dict("records"))
     deadline = time.monotonic() + 10
-    while queries_admin.table_counts(store)["requests"] < 100 and time.monotonic() < deadline:
+    while tables.table_counts(store)["requests"] < 100 and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert queries_admin.table_counts(store)["requests"] == 100
+    assert tables.table_counts(store)["requests"] == 100
     writer.close()
     assert writer.rows_written == 101
 
@@ -184,7 +184,7 @@ def test_buffered_writer_background_flushes(tmp_path: Path) -> None:
 def test_memory_store_and_bad_url() -> None:
     store = Store.memory()
     ingest.add_run(store, {"run_id": "m"})
-    assert queries_admin.table_counts(store)["runs"] == 1
+    assert tables.table_counts(store)["runs"] == 1
     from errors import StoreError
 
     with pytest.raises(StoreError, match="duckdb:///"):
@@ -200,9 +200,9 @@ def test_writer_takes_frames_and_dicts_in_one_flush(store_url: str, tmp_path: Pa
     writer.add(
         "token_gaps", pd.DataFrame({"run_id": "f1", "seq": 0, "idx": range(4), "gap_ms": 1.5})
     )
-    assert queries_admin.table_counts(store)["requests"] == 0  # buffered, not yet written
+    assert tables.table_counts(store)["requests"] == 0  # buffered, not yet written
     assert writer.flush() == 1 + 35 + 4
-    counts = queries_admin.table_counts(store)
+    counts = tables.table_counts(store)
     assert (counts["runs"], counts["requests"], counts["token_gaps"]) == (1, 35, 4)
     with pytest.raises(InputError, match="add_run"):
         writer.add("runs", pd.DataFrame({"run_id": ["x"]}))
@@ -214,9 +214,9 @@ def test_replace_runs_is_one_transaction(store_url: str) -> None:
     bad = ingest.RunRows({"run_id": "b", "name": "b"}, _requests("b", 5).assign(nope=1))
     with pytest.raises(InputError, match="nope"):
         ingest.replace_runs(store, [good, bad])
-    assert queries_admin.table_counts(store)["runs"] == 0  # the good run was rolled back too
+    assert tables.table_counts(store)["runs"] == 0  # the good run was rolled back too
     ingest.replace_runs(store, [good, ingest.RunRows({"run_id": "b"}, _requests("b", 7))])
-    assert queries_admin.table_counts(store)["requests"] == 12
+    assert tables.table_counts(store)["requests"] == 12
 
 
 def test_migrations_upgrade_a_version_1_store_keeping_its_runs(tmp_path: Path) -> None:
@@ -243,7 +243,7 @@ def test_migrations_upgrade_a_version_1_store_keeping_its_runs(tmp_path: Path) -
     )
     assert old.read_df("SELECT mem_reserved_bytes FROM gpu_samples")["mem_reserved_bytes"][0] == 5
     # the old run reads (data_version NULL/0 on old rows), and a new write invalidates it
-    assert run_stats.get(old, ["old"])["ttft_p50_ms"].tolist() == [7.0]
+    assert run_figures.get(old, ["old"])["ttft_p50_ms"].tolist() == [7.0]
     ingest.add_requests(old, [{"run_id": "old", "seq": 1, "status": "ok", "ttft_ms": 9.0}])
-    assert run_stats.get(old, ["old"])["ttft_p50_ms"].tolist() == [8.0]
+    assert run_figures.get(old, ["old"])["ttft_p50_ms"].tolist() == [8.0]
     old.dispose()

@@ -19,7 +19,7 @@ import pytest
 from test_llamacpp import LlamaServer, llama_server  # noqa: F401  (the fixture)
 
 from collectors import watch
-from store import live_queries
+from store import sample_series
 from store.db import Store
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.slow]
@@ -72,7 +72,7 @@ def test_watch_sees_llama_server_work(
     assert len(usage) == 4
     (src,) = summary.sources
     assert src.engine == "llamacpp" and src.errors == 0
-    series = live_queries.engine_series(
+    series = sample_series.engine_series(
         store, since=0, metrics=["requests_running", "generation_tokens_total"]
     )
     running = series[series["metric"] == "requests_running"]["value"]

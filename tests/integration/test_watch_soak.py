@@ -21,7 +21,7 @@ import pytest
 from collectors import watch
 from sim.engine import EngineConfig
 from sim.server import start_in_thread
-from store import ingest, live_queries
+from store import ingest, sample_series
 from store.db import Store
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,11 +90,11 @@ def test_watcher_at_4hz_with_a_reader_loses_nothing(tmp_path: Path) -> None:
     expected_scrapes = SOAK_S * 4
     assert src.scrapes >= expected_scrapes * 0.8, (src.scrapes, src.missed_ticks)
     assert src.errors == 0, src.last_error
-    counts = live_queries.sample_counts(store)
+    counts = sample_series.sample_counts(store)
     for table, added in summary.rows_added.items():
         assert counts[table] == added, f"{table}: scraped {added}, stored {counts[table]}"
     # each scrape is stored once: one running-requests sample per scrape
-    running = live_queries.engine_series(store, since=0, metrics=["requests_running"])
+    running = sample_series.engine_series(store, since=0, metrics=["requests_running"])
     assert len(running) == src.scrapes == running["ts"].nunique()
     print(
         f"soak {SOAK_S:.0f} s: {src.scrapes} scrapes, {src.missed_ticks} missed ticks, "

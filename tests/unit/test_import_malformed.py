@@ -14,7 +14,7 @@ import pytest
 from collectors.importers import ImportOptions, Source, command, import_paths, parse_sources, runner
 from collectors.importers.model import ParsedFile
 from collectors.importers.runner import FileReport
-from store import queries_admin
+from store import tables
 from store.db import Store
 
 LOCAL = Path(__file__).resolve().parents[1] / "fixtures"
@@ -221,12 +221,12 @@ def test_malformed_file_is_one_line_error_and_store_unchanged(
     data, expected = CASES[case]
     path = tmp_path / f"{case.replace(' ', '_')}.json"
     path.write_bytes(data)
-    before = queries_admin.table_counts(store)
+    before = tables.table_counts(store)
     [report] = import_paths(store, [path])
     assert report.error is not None
     assert str(path) in report.error and expected in report.error
     assert "\n" not in report.error
-    assert queries_admin.table_counts(store) == before
+    assert tables.table_counts(store) == before
 
 
 def test_csv_with_the_wrong_table_forced_as_summary(store: Store, tmp_path: Path) -> None:
@@ -264,7 +264,7 @@ def test_batch_continues_past_bad_file_and_cli_exits_nonzero(tmp_path: Path) -> 
     assert "bad.json" in err.getvalue() and len(err.getvalue().strip().splitlines()) == 1
     assert "detailed_small.json" in out.getvalue() and "1 FAILED" in out.getvalue()
     store = Store.open(url)
-    assert queries_admin.table_counts(store)["requests"] == 4  # the good file still imported
+    assert tables.table_counts(store)["requests"] == 4  # the good file still imported
 
 
 def test_folder_ignores_files_that_are_not_results(store: Store, tmp_path: Path) -> None:
@@ -284,10 +284,10 @@ def test_200mb_truncated_file_fails_cleanly(store: Store, tmp_path: Path) -> Non
         chunk = ",".join(["[0.01, 0.02, 0.03, 0.04]"] * 10_000)
         while fh.tell() < 200_000_000:
             fh.write(chunk + ",")
-    before = queries_admin.table_counts(store)
+    before = tables.table_counts(store)
     [report] = import_paths(store, [big])
     assert report.error is not None and "truncated" in report.error and "big.json" in report.error
-    assert queries_admin.table_counts(store) == before
+    assert tables.table_counts(store) == before
 
 
 def test_parse_sources_touches_no_store() -> None:
@@ -323,12 +323,12 @@ def test_unit_failing_at_write_leaves_the_store_unchanged(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(runner, "parse_sources", lambda *a, **k: _runs_with_bad_samples())
-    before = queries_admin.table_counts(store)
+    before = tables.table_counts(store)
     [report] = runner.import_sources(store, [], ImportOptions())
     assert report.error is not None and "not stored" in report.error
     assert "no_such_column" in report.error and "detailed_small.json" in report.error
     assert (report.runs, report.requests, report.samples) == (0, 0, 0)
-    assert queries_admin.table_counts(store) == before
+    assert tables.table_counts(store) == before
 
 
 def test_failing_replace_keeps_the_earlier_copy_whole(
@@ -336,7 +336,7 @@ def test_failing_replace_keeps_the_earlier_copy_whole(
 ) -> None:
     reports = import_paths(store, [LOCAL / "vllm" / name for name in UNIT_FILES])
     assert [(r.error, r.runs) for r in reports] == [(None, 1), (None, 2)]
-    stored = queries_admin.table_counts(store)
+    stored = tables.table_counts(store)
     units = _runs_with_bad_samples()
     parsed = units[0][1]
     assert parsed is not None
@@ -348,21 +348,21 @@ def test_failing_replace_keeps_the_earlier_copy_whole(
     monkeypatch.setattr(runner, "parse_sources", lambda *a, **k: units)
     [report] = runner.import_sources(store, [], ImportOptions(replace=True))
     assert report.error is not None
-    assert queries_admin.table_counts(store) == stored
+    assert tables.table_counts(store) == stored
 
 
 def test_reimport_skips_and_replace_rewrites_in_one_go(store: Store) -> None:
     path = LOCAL / "vllm" / "detailed_small.json"
     [first] = import_paths(store, [path])
     assert (first.runs, first.requests) == (1, 4)
-    counts = queries_admin.table_counts(store)
+    counts = tables.table_counts(store)
     assert counts["requests"] == 4 and counts["token_gaps"] > 0
     [again] = import_paths(store, [path])
     assert (again.runs, again.skipped_runs, again.requests) == (0, 1, 0)
     assert any("already imported" in w for w in again.warnings)
     [replaced] = import_paths(store, [path], ImportOptions(replace=True))
     assert (replaced.runs, replaced.skipped_runs, replaced.requests) == (1, 0, 4)
-    assert queries_admin.table_counts(store) == counts
+    assert tables.table_counts(store) == counts
 
 
 # --- what NaN and inf mean (docs/importing.md, collectors/importers/validate.py) -------------
