@@ -259,7 +259,8 @@ def test_window_reads_only_the_requests_sent_in_it(store: Store) -> None:
     view = latency_view(store, LatencySelection("busy", window=(0.0, 4.0)))
     assert view.window is not None and not view.window.whole
     since, until = view.window.bounds
-    assert since == BUSY_SENT[0] and until is not None
+    assert since is not None and until is not None
+    assert since == BUSY_SENT[0]
     sent = BUSY_SENT
     inside = (sent >= since) & (sent < until)
     assert view.over_time is not None and view.over_time.total == int(inside.sum())
