@@ -1,16 +1,12 @@
 """The Latency page's view model, cached (``st.cache_data``, ttl = SERVESCOPE_CACHE_TTL_S) by the
-store URL and the selection; each build opens a short-lived store (never a cached connection).
-
-``run_states`` stays only while the Compare page still reads it here (its memory cap)."""
+store URL and the selection; each build opens a short-lived store (never a cached connection)."""
 
 from __future__ import annotations
 
-import pandas as pd
 import streamlit as st
 
 from services.store_session import short_lived_store, store_url
 from services.views import latency
-from store import sample_timelines
 from ui.cache import TTL_S
 
 
@@ -23,15 +19,3 @@ def _latency_view(url: str, selection: latency.LatencySelection) -> latency.Late
 def latency_view(selection: latency.LatencySelection) -> latency.LatencyView:
     """``services.views.latency.latency_view`` of the dashboard's store."""
     return _latency_view(store_url(), selection)
-
-
-@st.cache_data(ttl=TTL_S, show_spinner=False)
-def _run_states(url: str, run_ids: tuple[str, ...]) -> pd.DataFrame:
-    with short_lived_store(url) as store:
-        return sample_timelines.run_states(store, run_ids)
-
-
-def run_states(run_ids: tuple[str, ...]) -> pd.DataFrame:
-    """Per run: mean GPU utilisation, peak KV usage, most requests running, peak GPU memory
-    fraction (``store.sample_timelines.run_states``)."""
-    return _run_states(store_url(), run_ids)
