@@ -77,7 +77,7 @@ def main() -> int:
     args = parser.parse_args()
 
     from collectors.importers import import_paths
-    from store.db import Store
+    from store.lifecycle import open_store
 
     with tempfile.TemporaryDirectory(prefix="servescope-bench-") as tmp:
         src = Path(tmp) / "vllm-100k.json"
@@ -90,7 +90,7 @@ def main() -> int:
         )
         timings: list[float] = []
         for i in range(args.repeat):
-            store = Store.open(f"duckdb:///{tmp}/bench-{i}.duckdb")
+            store = open_store(f"duckdb:///{tmp}/bench-{i}.duckdb")
             t = time.perf_counter()
             reports = import_paths(store, [src])
             elapsed = time.perf_counter() - t

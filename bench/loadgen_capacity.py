@@ -47,6 +47,7 @@ from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
     from store.db import Store
+    from store.lifecycle import open_store
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKENS = 256
@@ -331,14 +332,13 @@ def main() -> int:
     print(head)
     print("-" * len(head))
     keys = ("tokens_s", "requests_s", "server_tokens_s", "usage_s", "tokens_per_cpu_s")
-    from store.db import Store
 
     server_rates: list[float] = []
     with (
         tempfile.TemporaryDirectory() as tmp,
         MockServer(output_tokens=TOKENS, burst=burst, cpu=server_cpu) as url,
     ):
-        store = Store.open(f"duckdb:///{tmp}/capacity.duckdb")  # one store, one run per call
+        store = open_store(f"duckdb:///{tmp}/capacity.duckdb")  # one store, one run per call
         for streams in (int(s) for s in a.streams.split(",")):
             runs: dict[str, list[dict[str, float]]] = {"servescope": [], "raw": []}
             for _ in range(a.repeats):

@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 from collectors.loadgen.config import BenchConfig  # noqa: E402
 from collectors.loadgen.runner import run_benchmark  # noqa: E402
 from sim.mockserver import MockServer  # noqa: E402
-from store.db import Store  # noqa: E402
+from store.lifecycle import open_store  # noqa: E402
 
 TTFT_MS, ITL_MS = 50.0, 10.0
 
@@ -40,7 +40,7 @@ def one(streams: int, tokens: int, requests: int, client_cpu: int | None, server
             ttft_ms=TTFT_MS, itl_ms=ITL_MS, output_tokens=tokens, record=True, cpu=server_cpu
         ) as url,
     ):
-        store = Store.open(f"duckdb:///{tmp}/m.duckdb")
+        store = open_store(f"duckdb:///{tmp}/m.duckdb")
         cfg = BenchConfig(
             endpoint=url,
             workload_spec={"name": "fixed", "input_tokens": 64, "output_tokens": tokens},

@@ -46,6 +46,7 @@ from services.commands import prepare, slo_profiles  # noqa: E402
 from services.views import compare as compare_views  # noqa: E402
 from store import ingest, request_rows, request_stats, runs_table  # noqa: E402
 from store.db import Store  # noqa: E402
+from store.lifecycle import open_store  # noqa: E402
 
 ENGINES = (
     ("h100-8b", {"max_batch_size": 256, "prefix_caching": True}, 1.0),
@@ -98,7 +99,7 @@ def make_gaps(run_id: str, n: int, per_request: int, seed: int) -> pd.DataFrame:
 
 
 def generate(url: str, total: int, gaps: int) -> list[str]:
-    store = Store.open(url)
+    store = open_store(url)
     ids: list[str] = []
     try:
         per_run = total // (len(ENGINES) * len(LEVELS))
@@ -144,7 +145,7 @@ def generate(url: str, total: int, gaps: int) -> list[str]:
 
 
 def clear_rollups(url: str) -> None:
-    store = Store.open(url)
+    store = open_store(url)
     try:
         with store.connect() as conn:
             conn.exec_driver_sql("DELETE FROM run_rollups")
@@ -183,7 +184,7 @@ def main() -> None:
     db = folder / f"compare-{args.requests}-{args.gaps}.duckdb"
     url = f"duckdb:///{db}"
     if db.exists():
-        store = Store.open(url)
+        store = open_store(url)
         ids = runs_table.list_runs(store, limit=50)["run_id"].tolist()[::-1]
         store.dispose()
         print(f"store: reusing {db}")
@@ -202,7 +203,7 @@ def main() -> None:
 
     def with_store(fn: Callable[[Store], Any]) -> Callable[[], Any]:
         def run() -> Any:
-            store = Store.open(url)  # like ui.cache_compare: a short-lived store per read
+            store = open_store(url)  # like ui.cache_compare: a short-lived store per read
             try:
                 return fn(store)
             finally:

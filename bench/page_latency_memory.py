@@ -37,6 +37,7 @@ from analysis.buckets import DEFAULT_EDGES
 from services.commands import prepare
 from store import ingest, request_rows, request_stats, runs_table, sample_timelines
 from store.db import Store
+from store.lifecycle import open_store
 
 T0 = 1_790_000_000.0
 RATE = 1000.0  # requests/s of the big run
@@ -282,7 +283,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(args.db) if args.db else Path(tmp) / "bench.duckdb"
         url = f"duckdb:///{path}"
-        store = Store.open(url)
+        store = open_store(url)
         have = store.read_df("SELECT COUNT(*) AS n FROM requests WHERE run_id = 'big'")["n"].iloc[0]
         if int(have) != args.requests:
             if int(have):

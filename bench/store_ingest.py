@@ -22,7 +22,7 @@ import pandas as pd
 
 from analysis.buckets import DEFAULT_EDGES, bucket_labels
 from store import ingest, request_stats
-from store.db import Store
+from store.lifecycle import open_store
 
 
 def make_requests(run_id: str, n: int, seed: int) -> pd.DataFrame:
@@ -62,7 +62,7 @@ def main() -> None:
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
-        store = Store.open(f"duckdb:///{Path(tmp) / 'bench.duckdb'}")
+        store = open_store(f"duckdb:///{Path(tmp) / 'bench.duckdb'}")
         frames = [make_requests(f"ingest-{i}", args.rows, seed=i) for i in range(args.repeats)]
         times = []
         for i, df in enumerate(frames):

@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from collectors import watch  # noqa: E402
 from store import sample_series  # noqa: E402
-from store.db import Store  # noqa: E402
+from store.lifecycle import open_store  # noqa: E402
 
 SIMS = """
 import sys, threading
@@ -70,7 +70,7 @@ def run(seconds: float, targets: int, interval: float, raw: str, null: bool = Fa
     assert sims.stdout is not None and sims.stdin is not None
     urls = sims.stdout.readline().split()
     with tempfile.TemporaryDirectory() as tmp:
-        store = Store.open(f"duckdb:///{tmp}/bench.duckdb")
+        store = open_store(f"duckdb:///{tmp}/bench.duckdb")
         cpu0, wall0 = _cpu(), time.monotonic()
         live = watch.LiveCollection.start(
             store,

@@ -8,6 +8,7 @@ from contextlib import contextmanager
 
 import settings
 from store.db import Store, mask_url
+from store.lifecycle import open_store
 
 
 def store_url() -> str:
@@ -24,7 +25,7 @@ def masked_store_url() -> str:
 def short_lived_store(url: str | None = None) -> Iterator[Store]:
     """Open the store at ``url`` (default: SERVESCOPE_DB) for one piece of work; its engine is
     disposed when the block ends, however it ends."""
-    store = Store.open(url or settings.db_url())
+    store = open_store(url or settings.db_url())
     try:
         yield store
     finally:

@@ -22,7 +22,8 @@ REPORT_COLUMNS: Final = ("file", "format", "runs", "requests", "samples", "resul
 class Upload(Protocol):
     """An uploaded file as the page hands it over (Streamlit's ``UploadedFile``)."""
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def getvalue(self) -> bytes: ...
 

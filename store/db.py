@@ -33,9 +33,6 @@ log = logging.getLogger("servescope.sql")
 
 _LOCK_MARKERS = ("could not set lock", "conflicting lock", "database is locked", "lock on file")
 
-_initialised: set[str] = set()
-_init_lock = threading.Lock()
-
 
 def is_lock_error(exc: BaseException) -> bool:
     """True when ``exc`` (or its cause) says another process holds the DuckDB file."""
@@ -161,42 +158,24 @@ class Store:
     # --- construction -------------------------------------------------------------------
 
     @classmethod
-    def open(
+    def connect_url(
         cls,
         url: str | None = None,
         *,
         env: Mapping[str, str] | None = None,
         lock_timeout_s: float | None = None,
-        initialise: bool = True,
     ) -> Store:
-        """Open the store at ``url`` (default: SERVESCOPE_DB), migrating and seeding it once."""
+        """A handle on the store at ``url`` (default: SERVESCOPE_DB) as it is: no schema work
+        (``store.lifecycle.open_store`` migrates and seeds; use that)."""
         url = url or settings.db_url(env)
         timeout = settings.lock_timeout_s(env) if lock_timeout_s is None else lock_timeout_s
-        store = cls(_make_engine(url, trace=settings.sql_trace(env)), lock_timeout_s=timeout)
-        if initialise:
-            store.initialise()
-        return store
+        return cls(_make_engine(url, trace=settings.sql_trace(env)), lock_timeout_s=timeout)
 
     @classmethod
-    def memory(cls) -> Store:
-        """An in-memory DuckDB store (tests, previews): one shared connection, same API."""
-        store = cls(_make_engine("duckdb:///:memory:", trace=False))
-        store.initialise(force=True)
-        return store
-
-    def initialise(self, *, force: bool = False) -> None:
-        """Bring the schema up to date and seed the catalog, once per process and URL."""
-        key = str(self.engine.url)
-        with _init_lock:
-            if key in _initialised and not force:
-                return
-            from store import catalog, migrations
-
-            migrations.migrate(self)
-            catalog.seed(self)
-            self._read_store_id()
-            if ":memory:" not in key:
-                _initialised.add(key)
+    def in_memory(cls) -> Store:
+        """A handle on a new in-memory DuckDB store: one shared connection, same API, no schema
+        yet (``store.lifecycle.memory_store`` creates it)."""
+        return cls(_make_engine("duckdb:///:memory:", trace=False))
 
     # --- properties -----------------------------------------------------------------------
 
@@ -213,7 +192,8 @@ class Store:
         """Where the store is, the same for every URL form reaching it (``store_location``)."""
         return store_location(self.engine.url.render_as_string(hide_password=False))
 
-    def _read_store_id(self) -> str | None:
+    def read_store_id(self) -> str | None:
+        """Read the id kept in the store (None when it has none yet)."""
         from store import schema
 
         with self.connect() as conn:
@@ -236,7 +216,7 @@ class Store:
             self._store_id = _store_ids.get(self.location)
         if self._store_id is None:
             with contextlib.suppress(StoreError):
-                self._read_store_id()
+                self.read_store_id()
         return self._store_id
 
     def identity(self, env: Mapping[str, str] | None = None) -> StoreIdentity:

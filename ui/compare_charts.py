@@ -1,7 +1,7 @@
 """Pure Plotly builders for the Compare page (ARCHITECTURE §3, §11.8). No Streamlit, no I/O.
 
 Inputs are the frames of ``analysis.compare.curves`` (one row per run with ``series``,
-``load``, ``load_kind`` and the run's aggregates) and ``store.compare_queries.metric_samples``
+``load``, ``load_kind`` and the run's aggregates) and ``store.request_rows.metric_samples``
 (``run_id``, ``value``).
 """
 

@@ -1,10 +1,9 @@
 """Run detail, imported runs: our figures beside the tool's own, and aggregates-only runs.
 
 ``crosscheck_table`` / ``aggregates_table`` are pure (DataFrame in, display DataFrame out);
-``show_*`` render. What the views compute — the tool's summary, the aggregates-only flag, the
-comparison — is in ``services.views.imported_runs`` and ``analysis.crosscheck``;
-``tool_summary`` and ``is_aggregates_only`` are kept here for the pages' helpers that still
-read them directly.
+``show_*`` render. What the view models compute — the tool's summary, the aggregates-only
+flag (``services.views.imported_runs``), the comparison (``analysis.crosscheck``) — is not
+here.
 """
 
 from __future__ import annotations
@@ -17,8 +16,7 @@ import pandas as pd
 import streamlit as st
 
 from analysis import crosscheck
-from services.views import imported_runs
-from ui import cache, display
+from ui import display
 
 STAT_LABELS: Final[Mapping[str, str]] = {
     "mean": "mean",
@@ -43,17 +41,6 @@ def _diff_text(diff_pct: float) -> str:
     if math.isinf(diff_pct):
         return "tool's is 0"
     return f"{diff_pct:+.1f}%"
-
-
-def tool_summary(run_id: str) -> tuple[str, Mapping[str, Any] | None]:
-    """The run's source and decoded ``tool_summary`` (None for runs that have none), cached
-    (``services.views.imported_runs.tool_summary``)."""
-    tool = cache.tool_summary(run_id)
-    return tool.source, tool.summary
-
-
-#: A run holding only the tool's aggregates (``services.views.imported_runs``).
-is_aggregates_only = imported_runs.is_aggregates_only
 
 
 def crosscheck_table(compared: pd.DataFrame) -> pd.DataFrame:

@@ -267,11 +267,11 @@ def run(args: argparse.Namespace) -> int:
 
     from collectors.loadgen.runner import BenchInterrupted, run_bench
     from services.commands import prepare
-    from store.db import Store
+    from store.lifecycle import open_store
 
     config = config_from_args(args)
     max_error_rate = getattr(args, "max_error_rate", 1.0)
-    store = Store.open(args.db)
+    store = open_store(args.db)
     code = 0
     interrupted: dict[int, Any] = {}
     try:

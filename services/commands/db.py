@@ -16,6 +16,7 @@ from pathlib import Path
 from errors import ExitCode, InputError
 from store import ingest, migrations, runs_table, tables
 from store.db import Store, location_spool_dir
+from store.lifecycle import open_store
 
 #: where spool files went before they recorded their store (relative to the working directory)
 _OLD_SPOOL_DIR = Path("data/spool")
@@ -59,7 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``servescope db``: run the chosen action on the store ``--db`` names."""
-    store = Store.open(args.db)
+    store = open_store(args.db)
     if args.db_action == "migrate":
         print(f"{store.url}: schema version {migrations.migrate(store)}")
     elif args.db_action == "ingest-spool":

@@ -27,6 +27,7 @@ from services.commands import PROJECT_ROOT
 from services.commands.ui import run_ui
 from store import ingest, tables
 from store.db import Store
+from store.lifecycle import open_store
 
 
 @dataclass(frozen=True)
@@ -184,7 +185,7 @@ def run_demo(
 
 def fill(db_url: str | None, *, progress: bool = True) -> Store:
     """What `servescope demo` does before opening the UI: measure what is missing, report."""
-    store = Store.open(db_url)
+    store = open_store(db_url)
     todo = plan(store, ENGINES, LEVELS)
     if todo:
         levels = sum(len(v) for v in todo.values())

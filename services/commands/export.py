@@ -139,19 +139,19 @@ def vllm_json(run: dict[str, Any], requests: pd.DataFrame, gaps: pd.DataFrame) -
 
 def export_run(store: Store, run_id: str, fmt: str, out: str | None) -> str:
     """Write the export; returns where it went."""
-    from store import data_queries
+    from store import request_rows, runs_table
 
     if fmt not in EXPORT_FORMATS:
         raise InputError(
             f"export format {fmt!r} is unknown; choose one of: {', '.join(EXPORT_FORMATS)}"
         )
-    run = data_queries.run_record(store, run_id)
+    run = runs_table.run_record(store, run_id)
     if run is None:
         raise InputError(
             f"run {run_id!r} is not in the store {store.url}",
             hint="`servescope db runs` lists the stored runs (so does the Data page)",
         )
-    requests = data_queries.run_requests_all(store, run_id)
+    requests = request_rows.run_requests_all(store, run_id)
     ext = {"csv": "csv", "parquet": "parquet", "vllm-json": "json"}[fmt]
     target = out or f"{run_id}.{ext}"
     if fmt == "parquet" and target == "-":
@@ -159,7 +159,7 @@ def export_run(store: Store, run_id: str, fmt: str, out: str | None) -> str:
     if fmt == "csv":
         text = requests.to_csv(index=False)
     elif fmt == "vllm-json":
-        gaps = data_queries.run_token_gaps(store, run_id)
+        gaps = request_rows.run_token_gaps(store, run_id)
         text = json.dumps(vllm_json(run, requests, gaps), allow_nan=False, default=str)
     else:
         requests.to_parquet(Path(target), index=False)
@@ -172,9 +172,10 @@ def export_run(store: Store, run_id: str, fmt: str, out: str | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from store.db import Store
+    """Entry point of ``servescope export``: write the run's export, say where it went."""
+    from store.lifecycle import open_store
 
-    store = Store.open(args.db)
+    store = open_store(args.db)
     where = export_run(store, args.run_id, args.format, args.out)
     if where != "-":
         print(f"exported run {args.run_id} ({args.format}) to {where}", file=sys.stderr)

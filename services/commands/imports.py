@@ -116,7 +116,7 @@ def print_summary(reports: list[FileReport], out: TextIO) -> None:
 
 def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
     from services.commands import prepare
-    from store.db import Store
+    from store.lifecycle import open_store
 
     out = out or sys.stdout
     err = err or sys.stderr
@@ -130,7 +130,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         format=args.format,
         replace=args.replace,
     )
-    store = Store.open(args.db)
+    store = open_store(args.db)
     reports = import_paths(store, args.paths, options)
     for r in reports:
         if r.error:

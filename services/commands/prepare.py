@@ -24,7 +24,7 @@ from analysis import slo
 from analysis.buckets import DEFAULT_EDGES
 from analysis.latency import heatmap_window_s
 from errors import ConfigError, StoreError
-from store import catalog, compare_queries, latency_queries, memory_queries, queries, run_stats
+from store import catalog, request_rows, request_stats, run_figures, sample_timelines
 from store.db import Store
 from store.sql import SAMPLE_METRICS
 
@@ -41,10 +41,10 @@ def prepare(store: Store, run_ids: Sequence[str], *, large_run: int = LARGE_RUN)
     ids = list(dict.fromkeys(str(r) for r in run_ids))
     if not ids:
         return True
-    if not run_stats.refresh(store, ids):
+    if not run_figures.refresh(store, ids):
         return False
     try:
-        stats = run_stats.get(store, ids)
+        stats = run_figures.get(store, ids)
         large = stats[stats["requests"] >= large_run]
         for run_id, first, last in zip(
             large["run_id"], large["first_sent"], large["last_done"], strict=True
@@ -62,21 +62,21 @@ def prepare(store: Store, run_ids: Sequence[str], *, large_run: int = LARGE_RUN)
 def _home_views(store: Store, run_id: str) -> None:
     """The samples Home draws the run's histograms and ECDFs from (ui.cache)."""
     for metric in SAMPLE_METRICS:
-        queries.run_metric_sample(store, run_id, metric, queries.SAMPLE_LIMIT)
+        request_rows.run_metric_sample(store, run_id, metric, request_rows.SAMPLE_LIMIT)
 
 
 def _latency_views(store: Store, run_id: str, first_sent: float, last_done: float) -> None:
     """As pages/latency.py reads a whole run with its defaults (ui.latency_view)."""
     run = (run_id,)
-    latency_queries.bucket_latency(store, run, DEFAULT_EDGES, "input", metrics=("ttft_ms",))
+    request_stats.bucket_latency(store, run, DEFAULT_EDGES, "input", metrics=("ttft_ms",))
     if first_sent != first_sent:  # NaN: no send times, so no views over time
         return
     end = last_done if last_done == last_done else first_sent
     window = heatmap_window_s(max(end - first_sent, 1.0))
-    latency_queries.ttft_heatmap(store, run, DEFAULT_EDGES, t0=first_sent, window_s=window)
-    latency_queries.request_sample(store, run, latency_queries.SAMPLE_LIMIT)
-    slow = latency_queries.slowest_requests(store, run, latency_queries.DEFAULT_TOP, "ttft_ms")
-    latency_queries.in_flight_at(store, run_id, slow["sent_at"].dropna().tolist())
+    request_stats.ttft_heatmap(store, run, DEFAULT_EDGES, t0=first_sent, window_s=window)
+    request_rows.request_sample(store, run, request_rows.SAMPLE_LIMIT)
+    slow = request_rows.slowest_requests(store, run, request_rows.DEFAULT_TOP, "ttft_ms")
+    request_rows.in_flight_at(store, run_id, slow["sent_at"].dropna().tolist())
 
 
 def _compare_views(store: Store, run_id: str) -> None:
@@ -89,20 +89,20 @@ def _compare_views(store: Store, run_id: str) -> None:
         except ConfigError:
             continue  # an invalid profile: the page says so when it is picked
         thresholds.append(profile.sql_thresholds())
-    compare_queries.prepare_attainment(store, [run_id], thresholds)
-    limit = compare_queries.SAMPLE_LIMIT
-    compare_queries.request_samples(store, [run_id], limit)
-    compare_queries.metric_samples(store, [run_id], "itl_ms", limit)
+    request_stats.prepare_attainment(store, [run_id], thresholds)
+    limit = request_rows.DISTRIBUTION_SAMPLE_LIMIT
+    request_rows.request_samples(store, [run_id], limit)
+    request_rows.metric_samples(store, [run_id], "itl_ms", limit)
 
 
 def _memory_views(store: Store, run_id: str) -> None:
     """As pages/memory.py reads a run's whole window (ui.memory_view)."""
-    src = memory_queries.run_sources(store, run_id)
+    src = sample_timelines.run_sources(store, run_id)
     since, until = src.get("since"), src.get("until")
     if since is None or until is None:
         return
     since, until = float(since), max(float(until), float(since) + 1.0)
-    latency_queries.latency_timeline(
+    request_stats.latency_timeline(
         store,
         (run_id,),
         t0=since,

@@ -114,8 +114,8 @@ class _StatusPrinter:
 
 
 def run(args: argparse.Namespace) -> int:
-    from store.db import Store
     from store.ingest import BufferedWriter
+    from store.lifecycle import open_store
 
     if args.match and not args.prometheus:
         raise InputError("--match needs --prometheus URL")
@@ -132,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
         match=args.match,
         raw=args.raw,
     )
-    store = Store.open(args.db)
+    store = open_store(args.db)
     out = sys.stderr
     printer = _StatusPrinter(out)
     print(f"servescope watch → {store.url}  (Ctrl-C stops)", file=out, flush=True)

@@ -95,7 +95,8 @@ class DataView:
 
 
 def listing_table(listing: pd.DataFrame) -> pd.DataFrame:
-    """``store.runs.runs_listing``'s rows as the page lists them (see :class:`DataView`)."""
+    """``runs_table.list_runs``' rows (with request counts) as the page lists them (see
+    :class:`DataView`)."""
     if listing.empty:
         return pd.DataFrame(columns=list(LISTING_COLUMNS))
     out = listing.copy()

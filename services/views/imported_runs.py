@@ -1,6 +1,6 @@
 """What an imported run's file said of itself: its source and the tool's own aggregates
-(``store.runs.tool_summary``), and whether the run holds nothing else. Shared by the views that show
-one run (Home, Latency)."""
+(``runs_table.run_tool_summary``), and whether the run holds nothing else. Shared by the
+views that show one run (Home, Latency)."""
 
 from __future__ import annotations
 

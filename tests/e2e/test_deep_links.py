@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from store.db import Store
+from store.lifecycle import open_store
 
 pytestmark = pytest.mark.e2e
 
@@ -29,7 +29,7 @@ LINKS = [("/latency?run=x", "Latency"), ("/compare", "Compare"), ("/home", "Serv
 
 def _empty_store(path: Path) -> str:
     url = f"duckdb:///{path}"
-    Store.open(url).dispose()
+    open_store(url).dispose()
     return url
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from services.commands import demo
-from store.db import Store
+from store.lifecycle import open_store
 from ui.nav import PAGES
 
 pytestmark = pytest.mark.e2e
@@ -27,7 +27,7 @@ TITLES = {"home": "ServeScope"}  # other pages are titled as they are named in t
 @pytest.fixture(scope="module")
 def demo_store(tmp_path_factory: pytest.TempPathFactory) -> str:
     url = f"duckdb:///{tmp_path_factory.mktemp('demo') / 'demo.duckdb'}"
-    store = Store.open(url)
+    store = open_store(url)
     try:
         demo.run_demo(
             store,

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from store import ingest
-from store.db import Store
+from store.lifecycle import open_store
 
 pytestmark = pytest.mark.e2e
 
@@ -27,7 +27,7 @@ N_REQUESTS = 40
 
 def seed_store(url: str) -> None:
     """One completed run of N_REQUESTS ok requests, written through the store's ingest API."""
-    store = Store.open(url)
+    store = open_store(url)
     try:
         ingest.add_run(
             store,

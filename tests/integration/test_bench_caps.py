@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from sim.mockserver import MockServer
-from store.db import Store
+from store.lifecycle import open_store
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -70,7 +70,7 @@ def test_streams_beyond_the_requests_are_never_started(tmp_path: Path) -> None:
         "servescope bench: --concurrency 99,999,999 capped at 5 streams "
         "(--requests 5: more streams would never send a request)"
     ) in proc.stderr
-    store = Store.open(db)
+    store = open_store(db)
     runs = store.read_df("SELECT run_id, concurrency, notes, status, client_params FROM runs")
     assert len(runs) == 1 and runs["concurrency"].tolist() == [5]
     assert runs["status"].tolist() == ["completed"]

@@ -23,7 +23,7 @@ import pytest
 
 from collectors.loadgen.prompts import PROBE_WORDS
 from sim.mockserver import MockServer
-from store.db import Store
+from store.lifecycle import open_store
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBES = len(PROBE_WORDS)  # calibration requests the server also counts (not measured)
@@ -70,14 +70,14 @@ def wait_for_completed(server: MockServer, proc: subprocess.Popen[str], n: int) 
 
 
 def request_counts(db: Path) -> dict[str, int]:
-    store = Store.open(f"duckdb:///{db}")
+    store = open_store(f"duckdb:///{db}")
     df = store.read_df("select status, count(*) as n from requests group by 1")
     store.dispose()
     return {str(s): int(n) for s, n in zip(df.status, df.n, strict=True)}
 
 
 def run_rows(db: Path) -> list[tuple[str, str]]:
-    store = Store.open(f"duckdb:///{db}")
+    store = open_store(f"duckdb:///{db}")
     df = store.read_df("select run_id, status from runs order by run_id")
     store.dispose()
     return list(zip(df.run_id, df.status, strict=True))

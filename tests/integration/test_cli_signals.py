@@ -173,9 +173,9 @@ def test_sigterm_to_demo_dashboard_stops_streamlit(tmp_path: Path) -> None:
     """The demo's dashboard (after an already-filled store) forwards the signal too."""
     from services.commands import demo
     from store import ingest
-    from store.db import Store
+    from store.lifecycle import open_store
 
-    store = Store.open(f"duckdb:///{tmp_path / 'signals.duckdb'}")
+    store = open_store(f"duckdb:///{tmp_path / 'signals.duckdb'}")
     for engine in demo.ENGINES:
         for c in demo.LEVELS:
             ingest.add_run(store, {"run_id": f"demo-{engine.key}-c{c}", "status": "completed"})

@@ -13,11 +13,12 @@ from analysis import slo
 from errors import InputError
 from store import ingest, request_rows, request_stats, runs_table, sql
 from store.db import Store
+from store.lifecycle import open_store
 
 
 @pytest.fixture
 def store(store_url: str) -> Iterator[Store]:
-    s = Store.open(store_url)
+    s = open_store(store_url)
     _seed(s)
     yield s
     s.dispose()

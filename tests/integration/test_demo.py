@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 from services.commands import demo
-from store import queries_admin
-from store.db import Store
+from store import tables
+from store.lifecycle import open_store
 
 ENGINE = demo.DemoEngine(
     "tiny", "H100-SXM-80GB", "llama-3.1-8b", "test engine", {"max_batch_size": 4}
@@ -15,7 +15,7 @@ ENGINE = demo.DemoEngine(
 
 
 def test_demo_stores_each_level_once_and_is_idempotent(tmp_path: Path) -> None:
-    store = Store.open(f"duckdb:///{tmp_path / 'demo.duckdb'}")
+    store = open_store(f"duckdb:///{tmp_path / 'demo.duckdb'}")
     assert demo.plan(store, [ENGINE], [1, 2]) == {"tiny": [1, 2]}
     written = demo.run_demo(
         store, engines=[ENGINE], levels=[1, 2], requests_per_stream=2, max_tokens=8, progress=False
@@ -49,7 +49,7 @@ def test_demo_stores_each_level_once_and_is_idempotent(tmp_path: Path) -> None:
     assert samples.loc["requests_running", "n"] >= 2
     assert samples.loc["generation_tokens_total", "hi"] > 0
 
-    before = queries_admin.table_counts(store)
+    before = tables.table_counts(store)
     assert demo.plan(store, [ENGINE], [1, 2]) == {}
     assert demo.run_demo(store, engines=[ENGINE], levels=[1, 2], progress=False) == []
-    assert queries_admin.table_counts(store) == before
+    assert tables.table_counts(store) == before

@@ -14,8 +14,9 @@ import pytest
 
 from collectors.importers import import_paths
 from services.commands import export
-from store import data_queries, ingest
+from store import ingest, request_rows, runs_table
 from store.db import Store
+from store.lifecycle import open_store
 
 N = 300
 
@@ -70,9 +71,9 @@ def _seed(store: Store) -> None:
 
 
 def _summary(store: Store, run_id: str) -> dict[str, float]:
-    req = data_queries.run_requests_all(store, run_id)
+    req = request_rows.run_requests_all(store, run_id)
     ok = req[req["status"] == "ok"]
-    gaps = data_queries.run_token_gaps(store, run_id)["gap_ms"].to_numpy(float)
+    gaps = request_rows.run_token_gaps(store, run_id)["gap_ms"].to_numpy(float)
     out: dict[str, float] = {"n": len(req), "ok": len(ok), "gaps": len(gaps)}
     for col in ("ttft_ms", "e2e_ms", "tpot_ms"):
         vals = ok[col].dropna().to_numpy(float)
@@ -85,29 +86,29 @@ def _summary(store: Store, run_id: str) -> dict[str, float]:
 
 
 def test_vllm_json_round_trip(tmp_path: Path) -> None:
-    store = Store.open(f"duckdb:///{tmp_path / 'a.duckdb'}")
+    store = open_store(f"duckdb:///{tmp_path / 'a.duckdb'}")
     _seed(store)
     path = tmp_path / "bench-1.json"
     export.export_run(store, "bench-1", "vllm-json", str(path))
     doc = json.loads(path.read_text())
     assert doc["num_prompts"] == N and len(doc["itls"]) == N
-    other = Store.open(f"duckdb:///{tmp_path / 'b.duckdb'}")
+    other = open_store(f"duckdb:///{tmp_path / 'b.duckdb'}")
     [report] = import_paths(other, [path])
     assert report.error is None and report.format == "vllm-bench"
     ours, back = _summary(store, "bench-1"), _summary(other, report.run_ids[0])
     assert back == pytest.approx(ours, rel=1e-9)
     # the aggregates written into the file agree with the imported rows too
     assert doc["p99_ttft_ms"] == pytest.approx(ours["ttft_ms_p99"])
-    run = data_queries.run_record(other, report.run_ids[0])
+    run = runs_table.run_record(other, report.run_ids[0])
     assert run is not None and run["model"] == "llama-3.1-8b" and run["concurrency"] == 8
-    sent_a = data_queries.run_requests_all(store, "bench-1")["sent_at"].to_numpy(float)
-    sent_b = data_queries.run_requests_all(other, report.run_ids[0])["sent_at"].to_numpy(float)
+    sent_a = request_rows.run_requests_all(store, "bench-1")["sent_at"].to_numpy(float)
+    sent_b = request_rows.run_requests_all(other, report.run_ids[0])["sent_at"].to_numpy(float)
     assert np.allclose(sent_a, sent_b)  # epoch start_times are kept as they are
 
 
 @pytest.mark.parametrize("fmt", ["csv", "parquet"])
 def test_tabular_exports_hold_every_row(tmp_path: Path, fmt: str) -> None:
-    store = Store.open(f"duckdb:///{tmp_path / 'a.duckdb'}")
+    store = open_store(f"duckdb:///{tmp_path / 'a.duckdb'}")
     _seed(store)
     out = tmp_path / f"r.{fmt}"
     parser = argparse.ArgumentParser()
@@ -130,6 +131,6 @@ def test_tabular_exports_hold_every_row(tmp_path: Path, fmt: str) -> None:
 
 
 def test_export_unknown_run_names_it(tmp_path: Path) -> None:
-    store = Store.open(f"duckdb:///{tmp_path / 'a.duckdb'}")
+    store = open_store(f"duckdb:///{tmp_path / 'a.duckdb'}")
     with pytest.raises(Exception, match="run 'nope' is not in the store"):
         export.export_run(store, "nope", "csv", str(tmp_path / "x.csv"))

@@ -37,6 +37,7 @@ from errors import EndpointError
 from sim.mockserver import MockServer
 from store import run_figures
 from store.db import Store
+from store.lifecycle import open_store
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "sk-servescope-FAKE-KEY-7f3a9c2e1b"
@@ -86,7 +87,7 @@ def server() -> Iterator[MockServer]:
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
-    st = Store.open(f"duckdb:///{tmp_path_factory.mktemp('faults') / 'f.duckdb'}")
+    st = open_store(f"duckdb:///{tmp_path_factory.mktemp('faults') / 'f.duckdb'}")
     yield st
     st.dispose()
 
@@ -273,7 +274,7 @@ def test_the_cli_keeps_secrets_out_of_logs_and_exports(
     assert "HTTP Request:" in bench.stderr  # -v logged the requests…
     assert_no_secret(bench.stdout + bench.stderr, "the CLI's output")  # …without credentials
     assert "tester:" not in bench.stderr
-    store = Store.open(db)
+    store = open_store(db)
     try:
         (run_id,) = store.read_df("select run_id from runs").run_id
         reqs = store.read_df("select status from requests")

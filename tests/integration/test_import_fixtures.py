@@ -21,11 +21,12 @@ import pytest
 from collectors.importers import ImportOptions, import_paths
 from store import request_rows, run_figures, runs_table, tables
 from store.db import Store
+from store.lifecycle import open_store
 
 
 @pytest.fixture
 def store(tmp_path: Path) -> Store:
-    return Store.open(f"duckdb:///{tmp_path / 'imp.duckdb'}")
+    return open_store(f"duckdb:///{tmp_path / 'imp.duckdb'}")
 
 
 def _requests(store: Store, run_id: str) -> pd.DataFrame:

@@ -21,6 +21,7 @@ from collectors.importers import ImportOptions, Source, command, import_paths, p
 from collectors.importers.records import run_id_for
 from store import tables
 from store.db import Store
+from store.lifecycle import open_store
 
 LOCAL = Path(__file__).resolve().parents[1] / "fixtures"
 GOOD_VLLM = json.loads((LOCAL / "vllm" / "detailed_small.json").read_text())
@@ -47,14 +48,14 @@ def empty_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One migrated, empty DuckDB file; each test copies it (migrating a new file for every
     hypothesis example would dominate the test's time)."""
     path = tmp_path_factory.mktemp("empty") / "empty.duckdb"
-    Store.open(f"duckdb:///{path}").dispose()
+    open_store(f"duckdb:///{path}").dispose()
     return path
 
 
 def _fresh_store(empty: Path, folder: Path) -> Store:
     target = folder / "store.duckdb"
     shutil.copyfile(empty, target)
-    return Store.open(f"duckdb:///{target}")
+    return open_store(f"duckdb:///{target}")
 
 
 def _rows(store: Store, run_ids: list[str]) -> dict[str, int]:
@@ -93,7 +94,7 @@ def test_folder_with_nan_gap_and_huge_length_imports_the_rest_and_prints_the_sum
     assert "b_huge_length.json: key 'output_lens[1]': found 3000000000" in errors[1]
     assert "Traceback" not in err + out
     assert "4 file(s): 2 run(s), 6 request(s) imported; 2 FAILED" in out
-    counts = tables.table_counts(Store.open(url))
+    counts = tables.table_counts(open_store(url))
     assert (counts["runs"], counts["requests"], counts["token_gaps"]) == (2, 6, 9)
 
 

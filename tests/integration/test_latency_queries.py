@@ -10,6 +10,7 @@ import pytest
 from errors import InputError
 from store import ingest, request_rows, request_stats, runs_table
 from store.db import Store
+from store.lifecycle import open_store
 
 T0 = 1_700_000_000.0
 
@@ -18,7 +19,7 @@ T0 = 1_700_000_000.0
 def store(store_url: str) -> Iterator[Store]:
     """Run ``r1`` (10 requests, one failed) and ``r2`` (its copy 1,000 s later, another
     series), plus token gaps for r1's first two requests."""
-    s = Store.open(store_url)
+    s = open_store(store_url)
     common = {"source": "servescope", "framework": "sim", "model": "m", "workload": "mixed"}
     ingest.add_run(
         s,

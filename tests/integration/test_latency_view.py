@@ -22,6 +22,7 @@ from services.views.latency import (
 )
 from store import ingest
 from store.db import Store
+from store.lifecycle import open_store
 
 #: Later than any run's creation time, so runs with a start time list first (newest first).
 T0 = 2_000_000_000.0
@@ -120,7 +121,7 @@ def _seed(store: Store) -> None:
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[Store]:
-    opened = Store.open(f"duckdb:///{tmp_path / 'store.duckdb'}")
+    opened = open_store(f"duckdb:///{tmp_path / 'store.duckdb'}")
     try:
         _seed(opened)
         yield opened
@@ -167,7 +168,7 @@ def test_edges_text_errors_say_why_and_fall_back_to_the_defaults() -> None:
 
 
 def test_empty_store_has_no_run(tmp_path: Path) -> None:
-    empty = Store.open(f"duckdb:///{tmp_path / 'empty.duckdb'}")
+    empty = open_store(f"duckdb:///{tmp_path / 'empty.duckdb'}")
     try:
         view = latency_view(empty, LatencySelection())
     finally:

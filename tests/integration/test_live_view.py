@@ -13,6 +13,7 @@ import pytest
 from services.views.live import REFRESH_S, WINDOW_S, LiveSelection, live_view
 from store import ingest
 from store.db import Store
+from store.lifecycle import open_store
 
 NOW = 1_900_000_000.0
 LIVE, STOPPED = "http://10.0.0.1:8000/metrics", "http://10.0.0.2:30000/metrics"
@@ -52,7 +53,7 @@ def _seed(store: Store) -> None:
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[Store]:
-    opened = Store.open(f"duckdb:///{tmp_path / 'store.duckdb'}")
+    opened = open_store(f"duckdb:///{tmp_path / 'store.duckdb'}")
     try:
         yield opened
     finally:

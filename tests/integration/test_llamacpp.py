@@ -25,7 +25,7 @@ from typing import IO, NoReturn
 
 import pytest
 
-from store.db import Store
+from store.lifecycle import open_store
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.slow]
 
@@ -200,7 +200,7 @@ def test_bench_against_llama_server_stores_what_the_server_did(
     )
     after = llama_server.metrics()
 
-    store = Store.open(db_url)
+    store = open_store(db_url)
     try:
         runs = store.read_df("SELECT * FROM runs")
         reqs = store.read_df("SELECT * FROM requests ORDER BY seq")

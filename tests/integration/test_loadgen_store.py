@@ -18,13 +18,13 @@ from collectors.loadgen.config import BenchConfig
 from collectors.loadgen.runner import run_benchmark
 from errors import ConfigError, EndpointError, InputError
 from sim.mockserver import MockServer
-from store.db import Store
+from store.lifecycle import open_store
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_sweep_into_duckdb_with_two_workers(tmp_path: Path) -> None:
-    store = Store.open(f"duckdb:///{tmp_path / 'b.duckdb'}")
+    store = open_store(f"duckdb:///{tmp_path / 'b.duckdb'}")
     with MockServer(ttft_ms=5, itl_ms=2) as url:
         cfg = BenchConfig(
             endpoint=url + "/v1",
@@ -78,7 +78,7 @@ def test_rate_run_and_dataset(tmp_path: Path) -> None:
     data.write_text(
         "\n".join(json.dumps({"prompt": f"question {i}", "max_tokens": 4}) for i in range(5))
     )
-    store = Store.open(f"duckdb:///{tmp_path / 'r.duckdb'}")
+    store = open_store(f"duckdb:///{tmp_path / 'r.duckdb'}")
     with MockServer(ttft_ms=2, itl_ms=1) as url:
         cfg = BenchConfig(
             endpoint=url,
@@ -99,7 +99,7 @@ def test_rate_run_and_dataset(tmp_path: Path) -> None:
 
 
 def test_input_errors_before_any_request(tmp_path: Path) -> None:
-    store = Store.open(f"duckdb:///{tmp_path / 'e.duckdb'}")
+    store = open_store(f"duckdb:///{tmp_path / 'e.duckdb'}")
     base = {"endpoint": "http://127.0.0.1:9", "concurrency": (1,), "requests": 1}
     with pytest.raises(ConfigError, match="short-in-short-out"):
         run_benchmark(BenchConfig(workload="nope", **base), store, progress=False)  # type: ignore[arg-type]
@@ -162,7 +162,7 @@ def test_ctrl_c_keeps_what_completed(tmp_path: Path) -> None:
             if proc.poll() is None:
                 proc.kill()
     assert proc.returncode == 130, err.decode()
-    store = Store.open(f"duckdb:///{db}")
+    store = open_store(f"duckdb:///{db}")
     run = store.read_df("select status, ended_at, duration_s from runs")
     assert list(run.status) == ["interrupted"] and run.duration_s[0] > 0
     reqs = store.read_df("select status, count(*) as n from requests group by 1")
@@ -230,7 +230,7 @@ def test_a_store_locked_at_the_end_spools_the_runs_and_says_so(
     done = ingest_spool_cli(f"duckdb:///{db}")
     assert done.returncode == 0, done.stderr
     assert f"({len(spooled)} batch(es))" in done.stdout
-    store = Store.open(f"duckdb:///{db}")
+    store = open_store(f"duckdb:///{db}")
     runs = store.read_df("select run_id, status, duration_s from runs order by run_id")
     assert list(runs.run_id) == sorted(run_ids)
     assert set(runs.status) == {"completed"} and (runs.duration_s > 0).all()

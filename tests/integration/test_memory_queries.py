@@ -10,6 +10,7 @@ import pytest
 from errors import InputError
 from store import ingest, sample_timelines
 from store.db import Store
+from store.lifecycle import open_store
 
 T0 = 1_700_000_000.0
 GIB = 2.0**30
@@ -19,7 +20,7 @@ GIB = 2.0**30
 def store(store_url: str) -> Iterator[Store]:
     """Run ``rec`` recorded its sources (target a, host h); run ``bare`` recorded none, so its
     sources are whatever reported during its span; ``later`` is ``rec``'s twin 100 s later."""
-    s = Store.open(store_url)
+    s = open_store(store_url)
     ingest.add_run(
         s,
         {

@@ -14,6 +14,7 @@ import pytest
 from services.views.memory import DEFAULT_CAP, MemorySelection, memory_view
 from store import catalog, ingest
 from store.db import Store
+from store.lifecycle import open_store
 
 #: Later than any run's creation time, so runs with a start time list first (newest first).
 T0 = 2_000_000_000.0
@@ -103,7 +104,7 @@ def _seed(store: Store) -> None:
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[Store]:
-    opened = Store.open(f"duckdb:///{tmp_path / 'store.duckdb'}")
+    opened = open_store(f"duckdb:///{tmp_path / 'store.duckdb'}")
     try:
         _seed(opened)
         yield opened
@@ -112,7 +113,7 @@ def store(tmp_path: Path) -> Iterator[Store]:
 
 
 def test_empty_store_has_no_run(tmp_path: Path) -> None:
-    empty = Store.open(f"duckdb:///{tmp_path / 'empty.duckdb'}")
+    empty = open_store(f"duckdb:///{tmp_path / 'empty.duckdb'}")
     try:
         view = memory_view(empty, MemorySelection())
     finally:

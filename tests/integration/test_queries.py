@@ -13,11 +13,12 @@ from analysis import metrics
 from errors import InputError
 from store import ingest, request_rows, request_stats, run_figures, runs_table
 from store.db import Store
+from store.lifecycle import open_store
 
 
 @pytest.fixture
 def store(store_url: str) -> Iterator[Store]:
-    s = Store.open(store_url)
+    s = open_store(store_url)
     yield s
     s.dispose()
 

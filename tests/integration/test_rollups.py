@@ -14,6 +14,7 @@ import pytest
 from errors import ConfigError
 from store import ingest, request_stats, rollups, run_figures, runs_table
 from store.db import Store
+from store.lifecycle import open_store
 
 
 def _requests(run_id: str, ttfts: list[float], start: int = 0) -> pd.DataFrame:
@@ -48,7 +49,7 @@ class Counter:
 
 @pytest.fixture
 def store(store_url: str) -> Store:
-    s = Store.open(store_url)
+    s = open_store(store_url)
     for run_id, ttfts in (("a", [10.0, 20.0, 30.0]), ("b", [100.0, 300.0])):
         ingest.add_run(s, {"run_id": run_id, "started_at": 1000.0, "gpu_count": 2})
         ingest.add_requests(s, _requests(run_id, ttfts))
@@ -151,7 +152,7 @@ def test_a_locked_store_still_answers(
     tmp_path: Path, duckdb_lock: Callable[[Path], AbstractContextManager[None]]
 ) -> None:
     path = tmp_path / "locked.duckdb"
-    store = Store.open(f"duckdb:///{path}", lock_timeout_s=0.3)
+    store = open_store(f"duckdb:///{path}", lock_timeout_s=0.3)
     ingest.add_run(store, {"run_id": "a"})
     ingest.add_requests(store, _requests("a", [10.0, 20.0]))
     with ExitStack() as held:
@@ -198,7 +199,9 @@ def test_attainment_of_several_profiles_is_kept_from_one_scan(store: Store) -> N
 
 
 def test_light_reads_throughput_without_the_percentiles(store: Store) -> None:
-    cheap = run_figures.light_stats(store, ["a", "b"])  # nothing kept yet: a scan without percentiles
+    cheap = run_figures.light_stats(
+        store, ["a", "b"]
+    )  # nothing kept yet: a scan without percentiles
     assert rollups.stored(store).empty
     assert "ttft_p50_ms" not in cheap and cheap["requests"].tolist() == [3, 2]
     full = run_figures.get(store, ["a", "b"])

@@ -15,6 +15,7 @@ import pytest
 from analysis import metrics
 from store import ingest, run_figures, runs_table
 from store.db import Store
+from store.lifecycle import open_store
 
 T0 = 1_700_000_000.0
 
@@ -70,7 +71,7 @@ FIGURES = (
 
 @pytest.fixture
 def store(store_url: str) -> Iterator[Store]:
-    s = Store.open(store_url)
+    s = open_store(store_url)
     for run_id, (own, statuses, timed) in CASES.items():
         ingest.add_run(s, {"run_id": run_id, **own})
         ingest.add_requests(s, _requests(run_id, statuses, timed=timed))

@@ -21,7 +21,8 @@ from sqlalchemy.engine import make_url
 
 from sim.mockserver import MockServer
 from store import ingest, tables
-from store.db import Store, store_location
+from store.db import store_location
+from store.lifecycle import open_store
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVESCOPE = Path(sys.executable).parent / "servescope"
@@ -57,14 +58,14 @@ def bench_args(url: str, db_url: str, requests: int) -> list[str]:
 
 
 def runs_of(path: Path) -> dict[str, str]:
-    store = Store.open(f"duckdb:///{path}")
+    store = open_store(f"duckdb:///{path}")
     df = store.read_df("select run_id, status from runs")
     store.dispose()
     return dict(zip(df.run_id, df.status, strict=True))
 
 
 def ok_requests(path: Path) -> int:
-    store = Store.open(f"duckdb:///{path}")
+    store = open_store(f"duckdb:///{path}")
     n = int(store.read_df("select count(*) as n from requests where status = 'ok'").n[0])
     store.dispose()
     return n
@@ -145,8 +146,8 @@ def test_a_shared_spool_folder_keeps_each_batch_for_its_store(
     `db ingest-spool` says how many it left for which store, and where."""
     shared = tmp_path / "shared-spool"
     x_path, y_path = tmp_path / "x.duckdb", tmp_path / "y.duckdb"
-    x = Store.open(f"duckdb:///{x_path}", lock_timeout_s=0.3)
-    y = Store.open(f"duckdb:///{y_path}")
+    x = open_store(f"duckdb:///{x_path}", lock_timeout_s=0.3)
+    y = open_store(f"duckdb:///{y_path}")
     with duckdb_lock(x_path):
         writer = ingest.BufferedWriter(x, spool_dir=shared)
         writer.add_run({"run_id": "xr", "status": "completed"})
@@ -174,7 +175,7 @@ def test_old_format_batches_are_kept_until_a_store_is_named_for_them(
     tmp_path: Path, ingest_spool_cli: IngestSpool
 ) -> None:
     path = tmp_path / "o.duckdb"
-    store = Store.open(f"duckdb:///{path}")
+    store = open_store(f"duckdb:///{path}")
     folder = store.identity().spool_dir
     folder.mkdir(parents=True)
     old = folder / "1700000000.000000-1-abcdef12.json"  # format 1: the tables, no store
@@ -199,7 +200,7 @@ def test_a_spooled_running_row_never_replaces_the_run_s_final_status(
     """The run row spooled at the start ("running") is older than the final one: the flush
     that writes the final one ingests the spool first, and a replay never undoes an end."""
     path = tmp_path / "s.duckdb"
-    store = Store.open(f"duckdb:///{path}", lock_timeout_s=0.3)
+    store = open_store(f"duckdb:///{path}", lock_timeout_s=0.3)
     writer = ingest.BufferedWriter(store, flush_interval_s=3600)
     with duckdb_lock(path):
         writer.add_run({"run_id": "r", "status": "running"})
@@ -237,15 +238,15 @@ def test_store_location_names_a_place_not_a_spelling(a: str, b: str, same: bool)
 
 def test_the_store_id_is_kept_in_the_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "i.duckdb"
-    store = Store.open(f"duckdb:///{path}")
+    store = open_store(f"duckdb:///{path}")
     first = store.store_id
     assert first and len(first) == 32
     kept = store.read_df("select value from store_meta where key = 'store_id'")
     assert kept.value.tolist() == [first]
     monkeypatch.chdir(tmp_path)
-    relative = Store.open("duckdb:///i.duckdb").identity()
+    relative = open_store("duckdb:///i.duckdb").identity()
     assert (relative.store_id, relative.spool_dir) == (first, tmp_path / "i.duckdb.spool")
-    assert Store.open(f"duckdb:///{tmp_path / 'j.duckdb'}").store_id != first
+    assert open_store(f"duckdb:///{tmp_path / 'j.duckdb'}").store_id != first
 
 
 def test_one_store_reached_by_two_urls_has_one_spool(
@@ -263,11 +264,11 @@ def test_one_store_reached_by_two_urls_has_one_spool(
     else:
         host = "localhost" if url.host == "127.0.0.1" else "127.0.0.1"
         alias = url.set(host=host).render_as_string(hide_password=False)
-    a, b = Store.open(store_url), Store.open(alias)
+    a, b = open_store(store_url), open_store(alias)
     ia, ib = a.identity(env), b.identity(env)
     assert ia.store_id and ia.store_id == ib.store_id
     assert ia.spool_dir == ib.spool_dir
-    other = Store.open(f"duckdb:///{tmp_path / 'other.duckdb'}")
+    other = open_store(f"duckdb:///{tmp_path / 'other.duckdb'}")
     assert other.identity(env).spool_dir != ia.spool_dir
     batch = {"runs": [{"run_id": "a1", "status": "completed"}], "requests": _requests("a1", 4)}
     ingest.spool_batch(batch, ia.spool_dir, ia)

@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from errors import ConfigError, InputError, StoreError, StoreLockedError
 from store import catalog, ingest, migrations, run_figures, schema, tables
 from store.db import Store
+from store.lifecycle import memory_store, open_store
 
 
 def _requests(run_id: str, n: int, start: int = 0) -> pd.DataFrame:
@@ -33,17 +34,17 @@ def _requests(run_id: str, n: int, start: int = 0) -> pd.DataFrame:
 
 
 def test_migrations_recorded_and_idempotent(store_url: str) -> None:
-    store = Store.open(store_url)
+    store = open_store(store_url)
     assert migrations.migrate(store) == migrations.MIGRATIONS[-1][0]
     versions = store.read_df("SELECT version FROM schema_version ORDER BY version")
     assert versions["version"].tolist() == [m[0] for m in migrations.MIGRATIONS]
     # a second process-level open neither fails nor re-applies anything
-    assert migrations.migrate(Store.open(store_url)) == migrations.MIGRATIONS[-1][0]
+    assert migrations.migrate(open_store(store_url)) == migrations.MIGRATIONS[-1][0]
     assert len(store.read_df("SELECT * FROM schema_version")) == len(migrations.MIGRATIONS)
 
 
 def test_run_upsert_and_json_fields(store_url: str) -> None:
-    store = Store.open(store_url)
+    store = open_store(store_url)
     ingest.add_run(store, {"run_id": "r1", "name": "first", "engine_params": {"max_batch_size": 8}})
     ingest.add_run(store, {"run_id": "r1", "status": "completed"})
     df = store.read_df("SELECT name, status, engine_params, source FROM runs")
@@ -60,7 +61,7 @@ def test_run_upsert_and_json_fields(store_url: str) -> None:
 
 
 def test_bulk_requests_skip_rows_already_stored(store_url: str) -> None:
-    store = Store.open(store_url)
+    store = open_store(store_url)
     ingest.add_run(store, {"run_id": "r1"})
     assert ingest.add_requests(store, _requests("r1", 1000)) == 1000
     # an overlapping batch (a replayed spool file, say) only adds the new keys
@@ -79,7 +80,7 @@ def test_bulk_requests_skip_rows_already_stored(store_url: str) -> None:
 
 
 def test_bulk_rejects_unknown_columns_and_writes_nothing(store_url: str) -> None:
-    store = Store.open(store_url)
+    store = open_store(store_url)
     bad = _requests("r1", 3).assign(api_key="x")
     with pytest.raises(InputError, match="api_key"):
         ingest.add_requests(store, bad)
@@ -98,7 +99,7 @@ def test_a_bulk_write_the_database_refuses_is_a_store_error_naming_why(
 ) -> None:
     """The driver's own error (DuckDB's Arrow insert and PostgreSQL's COPY bypass SQLAlchemy)
     leaves as a StoreError that says what the database refused, and nothing is written."""
-    store = Store.open(store_url)
+    store = open_store(store_url)
     ingest.add_requests(store, _requests("kept", 2))
     with pytest.raises(StoreError, match=reason):
         ingest.add_rows(store, table, rows)
@@ -107,7 +108,7 @@ def test_a_bulk_write_the_database_refuses_is_a_store_error_naming_why(
 
 
 def test_replace_run_is_all_or_nothing(store_url: str) -> None:
-    store = Store.open(store_url)
+    store = open_store(store_url)
     ingest.replace_run(store, {"run_id": "imp", "name": "v1"}, _requests("imp", 10))
     gaps = pd.DataFrame({"run_id": "imp", "seq": [0, 0], "idx": [0, 1], "gap_ms": [1.0, 2.0]})
     # a failing replacement leaves the earlier copy whole
@@ -126,7 +127,7 @@ def test_replace_run_is_all_or_nothing(store_url: str) -> None:
 
 
 def test_catalog_seeded_and_user_edits_survive_reseeding(store_url: str) -> None:
-    store = Store.open(store_url)
+    store = open_store(store_url)
     seeded = catalog.names(store, "slo_profiles")
     assert "interactive-chat" in seeded
     assert catalog.get(store, "slo_profiles", "interactive-chat")["ttft_ms"] == 500.0
@@ -149,7 +150,7 @@ def test_duckdb_lock_spools_then_ingests(
     tmp_path: Path, duckdb_lock: Callable[[Path], AbstractContextManager[None]]
 ) -> None:
     path = tmp_path / "locked.duckdb"
-    store = Store.open(f"duckdb:///{path}", lock_timeout_s=0.3)
+    store = open_store(f"duckdb:///{path}", lock_timeout_s=0.3)
     ingest.add_run(store, {"run_id": "r1"})
     with duckdb_lock(path):
         with pytest.raises(StoreLockedError, match="locked"):
@@ -167,7 +168,7 @@ def test_duckdb_lock_spools_then_ingests(
 
 
 def test_buffered_writer_background_flushes(tmp_path: Path) -> None:
-    store = Store.open(f"duckdb:///{tmp_path / 'w.duckdb'}")
+    store = open_store(f"duckdb:///{tmp_path / 'w.duckdb'}")
     writer = ingest.BufferedWriter(
         store, flush_interval_s=0.05, background=True, spool_dir=tmp_path / "spool"
     )
@@ -182,17 +183,17 @@ def test_buffered_writer_background_flushes(tmp_path: Path) -> None:
 
 
 def test_memory_store_and_bad_url() -> None:
-    store = Store.memory()
+    store = memory_store()
     ingest.add_run(store, {"run_id": "m"})
     assert tables.table_counts(store)["runs"] == 1
     from errors import StoreError
 
     with pytest.raises(StoreError, match="duckdb:///"):
-        Store.open("nosuchdialect://x")
+        open_store("nosuchdialect://x")
 
 
 def test_writer_takes_frames_and_dicts_in_one_flush(store_url: str, tmp_path: Path) -> None:
-    store = Store.open(store_url)
+    store = open_store(store_url)
     writer = ingest.BufferedWriter(store, flush_interval_s=3600, spool_dir=tmp_path / "spool")
     writer.add_run({"run_id": "f1", "status": "running"})
     writer.add("requests", _requests("f1", 30))
@@ -209,7 +210,7 @@ def test_writer_takes_frames_and_dicts_in_one_flush(store_url: str, tmp_path: Pa
 
 
 def test_replace_runs_is_one_transaction(store_url: str) -> None:
-    store = Store.open(store_url)
+    store = open_store(store_url)
     good = ingest.RunRows({"run_id": "a", "name": "a"}, _requests("a", 5))
     bad = ingest.RunRows({"run_id": "b", "name": "b"}, _requests("b", 5).assign(nope=1))
     with pytest.raises(InputError, match="nope"):

@@ -18,7 +18,7 @@ from collectors import watch
 from sim.engine import EngineConfig
 from sim.server import SimHandle, start_in_thread
 from store import sample_series
-from store.db import Store
+from store.lifecycle import open_store
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -58,7 +58,7 @@ def _load(url: str, n: int = 6) -> None:
 
 
 def test_live_collection_stores_every_sample_of_the_sim(sim: SimHandle, live_db: str) -> None:
-    store = Store.open(live_db)
+    store = open_store(live_db)
     live = watch.LiveCollection.start(
         store, metrics_urls=[sim.url], gpu=False, interval_s=0.25, flush_interval_s=0.5
     )
@@ -110,7 +110,7 @@ def test_live_collection_stores_every_sample_of_the_sim(sim: SimHandle, live_db:
 
 def test_a_dead_target_does_not_stop_the_others(sim: SimHandle, live_db: str) -> None:
     with socket_closed_port() as dead:
-        store = Store.open(live_db)
+        store = open_store(live_db)
         live = watch.LiveCollection.start(
             store,
             metrics_urls=[f"http://127.0.0.1:{dead}/metrics", sim.url],
@@ -187,7 +187,7 @@ def test_watch_command_runs_for_its_duration(sim: SimHandle, live_db: str, tmp_p
     assert last.startswith("stored ")
     stored, added = (int(x.replace(",", "")) for x in last.split()[1:4:2])
     assert stored == added > 0
-    store = Store.open(live_db)
+    store = open_store(live_db)
     assert sample_series.sample_counts(store)["engine_samples"] > 0
     store.dispose()
 
@@ -205,7 +205,7 @@ def test_ctrl_c_flushes_and_exits_zero(sim: SimHandle, live_db: str, tmp_path: P
         assert proc.stderr is not None
         first = proc.stderr.readline()
         assert first.startswith("servescope watch"), first
-        store = Store.open(live_db, lock_timeout_s=30)
+        store = open_store(live_db, lock_timeout_s=30)
         try:
             wait_for(
                 lambda: sample_series.sample_counts(store)["engine_samples"] > 0,
@@ -223,7 +223,7 @@ def test_ctrl_c_flushes_and_exits_zero(sim: SimHandle, live_db: str, tmp_path: P
     last = err.strip().splitlines()[-1]
     stored, added = (int(x.replace(",", "")) for x in last.split()[1:4:2])
     assert stored == added > 0
-    store = Store.open(live_db)
+    store = open_store(live_db)
     counts = sample_series.sample_counts(store)
     assert sum(counts.values()) == added
     store.dispose()
@@ -245,7 +245,7 @@ def test_watch_needs_something_to_watch(live_db: str, tmp_path: Path) -> None:
 def test_run_live_sources_reads_what_the_bench_records(live_db: str) -> None:
     from store import ingest, sample_series
 
-    store = Store.open(live_db)
+    store = open_store(live_db)
     summary = {"targets": ["http://127.0.0.1:8000/metrics"], "hosts": ["sim@127.0.0.1:8000"]}
     ingest.add_run(
         store,
@@ -335,7 +335,7 @@ def test_repeated_metrics_and_dcgm_flags_watch_every_target(
         timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
-    store = Store.open(live_db)
+    store = open_store(live_db)
     engine = store.read_df(
         "SELECT target, min(engine) AS engine, count(*) AS n FROM engine_samples GROUP BY target"
     ).set_index("target")
@@ -424,7 +424,7 @@ def test_watch_says_when_rows_wait_in_the_spool_and_exits_4(
     assert spooled > 0
     ingest = ingest_spool_cli(db, cwd=ROOT, env=env)
     assert ingest.returncode == 0, ingest.stderr
-    store = Store.open(db)
+    store = open_store(db)
     stored = store.read_df(
         "select (select count(*) from engine_samples) + (select count(*) from engine_raw_samples)"
         " as n"

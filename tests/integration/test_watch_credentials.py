@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from collectors import watch
-from store.db import Store
+from store.lifecycle import open_store
 
 SECRET = "s3cret-PW-7f1d"
 USER = "scraper"
@@ -63,7 +63,7 @@ def test_split_credentials_keeps_the_rest_of_the_url() -> None:
 def test_a_password_in_the_metrics_url_authenticates_and_is_never_stored(
     protected_metrics: str, tmp_path: Path
 ) -> None:
-    store = Store.open(f"duckdb:///{tmp_path / 'w.duckdb'}")
+    store = open_store(f"duckdb:///{tmp_path / 'w.duckdb'}")
     live = watch.LiveCollection.start(
         store, metrics_urls=[protected_metrics], gpu=False, interval_s=0.25, flush_interval_s=0.3
     )

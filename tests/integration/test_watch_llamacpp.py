@@ -20,7 +20,7 @@ from test_llamacpp import LlamaServer, llama_server  # noqa: F401  (the fixture)
 
 from collectors import watch
 from store import sample_series
-from store.db import Store
+from store.lifecycle import open_store
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.slow]
 
@@ -37,7 +37,7 @@ def test_watch_sees_llama_server_work(
     llama_server: LlamaServer,  # noqa: F811
     tmp_path: Path,
 ) -> None:
-    store = Store.open(f"duckdb:///{tmp_path / 'llama.duckdb'}")
+    store = open_store(f"duckdb:///{tmp_path / 'llama.duckdb'}")
     url = watch.resolve_metrics_url(f"{llama_server.url}/v1")
     assert url == f"{llama_server.url}/metrics"
     live = watch.LiveCollection.start(store, metrics_urls=[url], gpu=False, interval_s=0.25)

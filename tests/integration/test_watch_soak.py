@@ -22,7 +22,7 @@ from collectors import watch
 from sim.engine import EngineConfig
 from sim.server import start_in_thread
 from store import ingest, sample_series
-from store.db import Store
+from store.lifecycle import open_store
 
 ROOT = Path(__file__).resolve().parents[2]
 SOAK_S = float(os.environ.get("SERVESCOPE_SOAK_S", "120"))
@@ -33,7 +33,7 @@ from store.db import Store
 url, until = sys.argv[1], float(sys.argv[2])
 reads = 0
 while time.time() < until:
-    store = Store.open(url, lock_timeout_s=30)
+    store = open_store(url, lock_timeout_s=30)
     store.read_df("SELECT COUNT(*) AS n, MAX(ts) AS last FROM engine_samples")
     store.read_df("SELECT host, MAX(ts) FROM gpu_samples GROUP BY host")
     store.dispose()
@@ -48,7 +48,7 @@ print(reads)
 def test_watcher_at_4hz_with_a_reader_loses_nothing(tmp_path: Path) -> None:
     url = f"duckdb:///{tmp_path / 'soak.duckdb'}"
     spool = tmp_path / "spool"
-    store = Store.open(url)
+    store = open_store(url)
     cfg = EngineConfig.from_names("H100-SXM-80GB", "llama-3.1-8b")
     with start_in_thread(cfg, port=0, time_scale=5.0) as sim:
         writer = ingest.BufferedWriter(

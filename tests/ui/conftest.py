@@ -10,7 +10,7 @@ import pytest
 import streamlit as st
 
 from store import ingest
-from store.db import Store
+from store.lifecycle import open_store
 
 
 @pytest.fixture(autouse=True)
@@ -33,7 +33,7 @@ def db_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 def seed_runs(url: str) -> None:
     """Three runs: a healthy sim run (150 ok + 2 failed), a small client-bound import with
     Markdown in its name, and an empty run."""
-    store = Store.open(url)
+    store = open_store(url)
     try:
         ingest.add_run(
             store,

@@ -10,8 +10,9 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from services.views import compare as compare_views
 from store import catalog, ingest
-from store.db import Store
+from store.lifecycle import open_store
 
 PAGE = str(Path(__file__).resolve().parents[2] / "pages" / "compare.py")
 TIMEOUT = 60
@@ -53,7 +54,7 @@ def _qp(at: AppTest, name: str) -> str:
 
 
 def _add_aggregates_only(url: str) -> None:
-    store = Store.open(url)
+    store = open_store(url)
     try:
         ingest.add_run(
             store,
@@ -159,7 +160,7 @@ def test_editing_a_profile_saves_it_as_the_users(seeded_url: str) -> None:
     # TTFT P99 of the sim run is 167.5 ms > 50 ms
     assert runs.loc["c=8", "TTFT P99 ≤ 50"] == "FAIL"
     assert runs.loc["c=8", "error rate ≤ 0.05"] == "pass"
-    store = Store.open(seeded_url)
+    store = open_store(seeded_url)
     try:
         saved = catalog.get(store, "slo_profiles", "tight *chat*")
     finally:
@@ -200,9 +201,7 @@ def test_aggregate_only_runs_show_the_tools_figures(
 def test_sampled_views_start_off_for_big_selections(
     seeded_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from ui import compare_view
-
-    monkeypatch.setattr(compare_view, "BIG_SELECTION", 100)  # the seeded runs hold 172
+    monkeypatch.setattr(compare_views, "BIG_SELECTION", 100)  # the seeded runs hold 172
     at = _run()
     _ok(at)
     assert at.toggle(key="compare_distributions").value is False
@@ -261,7 +260,7 @@ def test_memory_cap_is_judged_on_each_runs_gpu_samples(db_url: str) -> None:
     from test_latency_page import seed_series
 
     seed_series(db_url)  # c8: GPU memory 40 → 44 GiB of 80; c32: 70 of 80; c1: none
-    store = Store.open(db_url)
+    store = open_store(db_url)
     try:
         entry = {"name": "mem-cap", "percentile": 99.0, "max_memory_fraction": 0.8}
         catalog.save_user_entry(store, "slo_profiles", entry)
@@ -280,10 +279,9 @@ def test_sampled_views_start_on_when_prepared(
     seeded_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from services.commands import prepare
-    from ui import compare_view
 
-    monkeypatch.setattr(compare_view, "BIG_SELECTION", 100)  # the seeded runs hold 172
-    store = Store.open(seeded_url)
+    monkeypatch.setattr(compare_views, "BIG_SELECTION", 100)  # the seeded runs hold 172
+    store = open_store(seeded_url)
     try:  # as `servescope import` / `bench` leave large runs: their samples already kept
         assert prepare.prepare(store, ["run-sim", "run-import", "run-empty"], large_run=1)
     finally:

@@ -9,7 +9,7 @@ import pandas as pd
 from streamlit.testing.v1 import AppTest
 
 from store import ingest
-from store.db import Store
+from store.lifecycle import open_store
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / "app.py")
@@ -33,7 +33,7 @@ GENAI_SUMMARY = {
 
 
 def _seed(url: str) -> None:
-    store = Store.open(url)
+    store = open_store(url)
     try:
         requests = pd.DataFrame(
             {

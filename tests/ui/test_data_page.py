@@ -9,7 +9,7 @@ from streamlit.testing.v1 import AppTest
 
 from collectors.importers import import_paths
 from store import runs_table
-from store.db import Store
+from store.lifecycle import open_store
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = str(ROOT / "pages" / "data.py")
@@ -28,7 +28,7 @@ def _runs(at: AppTest) -> pd.DataFrame:
 
 
 def _seed(url: str) -> list[str]:
-    store = Store.open(url)
+    store = open_store(url)
     reports = import_paths(store, [FIXTURES / "vllm", FIXTURES / "sglang"])
     store.dispose()
     return [rid for r in reports for rid in r.run_ids]
@@ -60,7 +60,7 @@ def test_rename_tag_and_delete_with_confirmation(db_url: str) -> None:
     at.button(key="data_rename").click().run()
     at.text_input(key=f"data_tags_{run_id}").input("a, b")
     at.button(key="data_save_tags").click().run()
-    store = Store.open(db_url)
+    store = open_store(db_url)
     record = runs_table.run_record(store, run_id)
     assert record is not None and record["name"] == "renamed run" and record["tags"] == ["a", "b"]
     assert at.button(key="data_delete").disabled  # confirmation first

@@ -11,6 +11,7 @@ from streamlit.testing.v1 import AppTest
 
 from store import ingest
 from store.db import Store
+from store.lifecycle import open_store
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = str(ROOT / "pages" / "latency.py")
@@ -70,7 +71,7 @@ def seed_series(url: str) -> None:
       head-of-line blocking; TTFT rising over the run; throughput ≈ c8's (a plateau).
     """
     rng = np.random.default_rng(7)
-    store = Store.open(url)
+    store = open_store(url)
     try:
         # c1 ----------------------------------------------------------------------------
         t1 = T0
@@ -239,7 +240,7 @@ def test_import_without_send_times_still_shows_buckets(seeded_url: str) -> None:
 
 
 def test_aggregates_only_import_says_what_cannot_be_shown(db_url: str) -> None:
-    store = Store.open(db_url)
+    store = open_store(db_url)
     try:
         ingest.add_run(
             store,

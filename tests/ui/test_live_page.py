@@ -9,7 +9,7 @@ import pandas as pd
 from streamlit.testing.v1 import AppTest
 
 from store import ingest
-from store.db import Store
+from store.lifecycle import open_store
 from ui import display, live_charts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,7 +94,7 @@ def _seed(url: str, now: float) -> None:
                 "source": "dcgm",
             }
         )
-    store = Store.open(url)
+    store = open_store(url)
     try:
         ingest.add_rows(store, "engine_samples", rows)
         ingest.add_rows(store, "gpu_samples", gpus)

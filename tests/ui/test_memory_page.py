@@ -11,7 +11,7 @@ from streamlit.testing.v1 import AppTest
 from test_latency_page import GIB, LEVEL_S, T0, _engine, _gpu, _run_row, seed_series
 
 from store import ingest
-from store.db import Store
+from store.lifecycle import open_store
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = str(ROOT / "pages" / "memory.py")
@@ -66,7 +66,7 @@ def test_leaking_run_shows_timeline_headroom_and_warnings(db_url: str) -> None:
 def test_a_29_second_run_shows_no_slopes_but_the_window_a_trend_needs(db_url: str) -> None:
     """Issue 10 item 12: a 29 s run showed "TTFT P50 slope −182,356.2 ms/h ↓"."""
     t0 = T0 + 5000
-    store = Store.open(db_url)
+    store = open_store(db_url)
     try:
         ingest.add_run(store, _run_row("short", 8, t0, t0 + 30))
         sent = t0 + np.arange(0.0, 30.0, 0.25)
@@ -151,7 +151,7 @@ def test_url_selections_are_restored(db_url: str) -> None:
 
 
 def test_aggregates_only_import_says_what_cannot_be_shown(db_url: str) -> None:
-    store = Store.open(db_url)
+    store = open_store(db_url)
     try:
         ingest.add_run(
             store,

@@ -13,7 +13,7 @@ from test_latency_page import seed_series
 
 from services.commands import prepare
 from store import rollups
-from store.db import Store
+from store.lifecycle import open_store
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,7 +26,7 @@ def _render(page: str, run_id: str) -> None:
 
 
 def _stored(url: str) -> pd.DataFrame:
-    store = Store.open(url)
+    store = open_store(url)
     try:
         return rollups.stored(store)[["run_id", "kind", "params", "computed_at"]]
     finally:
@@ -35,7 +35,7 @@ def _stored(url: str) -> pd.DataFrame:
 
 def test_prepared_runs_render_from_stored_rollups(db_url: str) -> None:
     seed_series(db_url)
-    store = Store.open(db_url)
+    store = open_store(db_url)
     assert prepare.prepare(store, ["c1", "c8", "c32"], large_run=1)
     store.dispose()
     prepared = _stored(db_url)
@@ -67,7 +67,7 @@ def test_prepared_runs_render_from_stored_rollups(db_url: str) -> None:
 
 def test_small_runs_get_their_summary_only(db_url: str) -> None:
     seed_series(db_url)
-    store = Store.open(db_url)
+    store = open_store(db_url)
     assert prepare.prepare(store, ["c1", "c8", "c32", "missing"])  # below LARGE_RUN
     store.dispose()
     assert set(_stored(db_url)["kind"]) == {"run_stats"}

@@ -17,6 +17,7 @@ import pytest
 import cli
 from errors import InputError
 from services.commands.bench import config_from_args
+from store.lifecycle import open_store
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -225,11 +226,10 @@ def test_whole_number_flags_say_what_they_accept(
 def test_db_runs_lists_runs_and_prepare_rejects_unknown_ids(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from store import ingest, run_stats
-    from store.db import Store
+    from store import ingest, run_figures
 
     url = f"duckdb:///{tmp_path / 'runs.duckdb'}"
-    store = Store.open(url)
+    store = open_store(url)
     ingest.add_run(store, {"run_id": "known-run", "name": "a run", "started_at": 1.7e9})
     ingest.add_requests(
         store,
@@ -251,22 +251,21 @@ def test_db_runs_lists_runs_and_prepare_rejects_unknown_ids(
         f"servescope: error: 2 run id(s) not in {url}: does-not-exist, nope; nothing was prepared",
         "  hint: `servescope db runs` lists the stored runs",
     ]
-    store = Store.open(url)
-    assert run_stats.stored(store, ["known-run"]) is None  # nothing prepared, not even this one
+    store = open_store(url)
+    assert run_figures.stored(store, ["known-run"]) is None  # nothing prepared, not even this one
     store.dispose()
 
     assert cli.main(["db", "--db", url, "prepare", "known-run"]) == 0
     assert "prepared 1 run(s)" in capsys.readouterr().out
-    store = Store.open(url)
-    assert run_stats.stored(store, ["known-run"]) is not None
+    store = open_store(url)
+    assert run_figures.stored(store, ["known-run"]) is not None
     store.dispose()
 
 
 def test_the_export_hint_names_a_command_that_lists_runs(tmp_path: Path) -> None:
     from services.commands import export
-    from store.db import Store
 
-    store = Store.open(f"duckdb:///{tmp_path / 'e.duckdb'}")
+    store = open_store(f"duckdb:///{tmp_path / 'e.duckdb'}")
     with pytest.raises(InputError) as info:
         export.export_run(store, "nope", "csv", None)
     store.dispose()

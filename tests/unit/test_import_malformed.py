@@ -16,6 +16,7 @@ from collectors.importers.model import ParsedFile
 from collectors.importers.runner import FileReport
 from store import tables
 from store.db import Store
+from store.lifecycle import memory_store, open_store
 
 LOCAL = Path(__file__).resolve().parents[1] / "fixtures"
 GOOD_VLLM = (LOCAL / "vllm" / "detailed_small.json").read_text()
@@ -211,7 +212,7 @@ CASES: dict[str, tuple[bytes, str]] = {
 
 @pytest.fixture
 def store() -> Store:
-    return Store.memory()
+    return memory_store()
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -263,7 +264,7 @@ def test_batch_continues_past_bad_file_and_cli_exits_nonzero(tmp_path: Path) -> 
     assert command.run(args, out, err) == 1
     assert "bad.json" in err.getvalue() and len(err.getvalue().strip().splitlines()) == 1
     assert "detailed_small.json" in out.getvalue() and "1 FAILED" in out.getvalue()
-    store = Store.open(url)
+    store = open_store(url)
     assert tables.table_counts(store)["requests"] == 4  # the good file still imported
 
 

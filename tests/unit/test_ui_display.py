@@ -99,6 +99,10 @@ def test_runs_table_keeps_row_order_and_shows_the_flag() -> None:
         "r1": "fast · sim · m · c=8",
         "r2": "r2 · ? · m · 4 req/s poisson · ⚠ client-bound",
     }
+    older = {"run_id": "r0", "name": "old", "framework": "vllm", "model": "m", "concurrency": 1}
+    choices = display.run_choices(_latest(), first=older)
+    assert list(choices) == ["r0", "r1", "r2"]  # an older run a link asked for comes first
+    assert choices["r0"] == "old · vllm · m · c=1"
 
 
 def test_latency_table_counts_and_confidence() -> None:

@@ -1,0 +1,48 @@
+"""The store's schema lifecycle: open a store ready for use — migrated to the current schema and
+its catalog seeded, once per process and URL. The connection handle (``store.db.Store``) knows
+nothing of the schema; this module, above it and the migrations, puts them together."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+
+from store import catalog, migrations
+from store.db import Store
+
+_initialised: set[str] = set()
+_lock = threading.Lock()
+
+
+def initialise(store: Store, *, force: bool = False) -> None:
+    """Bring ``store``'s schema up to date and seed its catalog, once per process and URL
+    (``force``: again)."""
+    key = str(store.engine.url)
+    with _lock:
+        if key in _initialised and not force:
+            return
+        migrations.migrate(store)
+        catalog.seed(store)
+        store.read_store_id()
+        if ":memory:" not in key:
+            _initialised.add(key)
+
+
+def open_store(
+    url: str | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    lock_timeout_s: float | None = None,
+) -> Store:
+    """Open the store at ``url`` (default: SERVESCOPE_DB; a DuckDB file's folder is created),
+    migrating and seeding it once."""
+    store = Store.connect_url(url, env=env, lock_timeout_s=lock_timeout_s)
+    initialise(store)
+    return store
+
+
+def memory_store() -> Store:
+    """An in-memory DuckDB store (tests, previews), migrated and seeded: the same API."""
+    store = Store.in_memory()
+    initialise(store, force=True)
+    return store
