@@ -1,4 +1,4 @@
-"""Input-length buckets (ARCHITECTURE §5): configurable edges, labels and assignment. Pure.
+"""Input-length buckets (DESIGN §5): configurable edges, labels and assignment. Pure.
 
 Edges are the lower bounds of every bucket but the first, in tokens, strictly increasing; a
 bucket holds ``lower <= input_tokens < upper``. The default edges give

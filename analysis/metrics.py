@@ -1,4 +1,4 @@
-"""Metric definitions (ARCHITECTURE §5, docs/metrics.md), as pure functions.
+"""Metric definitions (DESIGN §5, docs/metrics.md), as pure functions.
 
 Every collector and importer computes per-request metrics through these, so that one set of
 definitions holds across sources. ``store.run_figures`` computes the same figures in SQL for
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-#: A P99 from fewer samples than this is marked low-confidence (ARCHITECTURE §5).
+#: A P99 from fewer samples than this is marked low-confidence (DESIGN §5).
 LOW_CONFIDENCE_P99_SAMPLES = 100
 
 #: The percentiles a run summary reports.
@@ -66,7 +66,7 @@ def percentile(values: Iterable[float | None] | pd.Series, p: float) -> float | 
 def min_samples_for(p: float) -> int:
     """Fewest samples for which the ``p``-th percentile is not an extrapolation of the maximum.
 
-    P99 needs 100 samples (ARCHITECTURE §5), P99.9 needs 1,000, P50 needs 2.
+    P99 needs 100 samples (DESIGN §5), P99.9 needs 1,000, P50 needs 2.
     """
     if not 0.0 <= p < 100.0:
         raise ValueError(f"percentile must be within 0..100 (exclusive), got {p!r}")
@@ -112,7 +112,7 @@ def interactivity_tok_s(tpot_ms: float | None) -> float | None:
 
 @dataclass(frozen=True)
 class RunSummary:
-    """The headline figures of one run (ARCHITECTURE §5). Rates are per second of run duration."""
+    """The headline figures of one run (DESIGN §5). Rates are per second of run duration."""
 
     requests: int
     ok: int
@@ -153,7 +153,7 @@ def run_duration(
     started_at: float | None = None,
     ended_at: float | None = None,
 ) -> float | None:
-    """A run's duration (ARCHITECTURE §5): its own ``duration_s``, else ``ended_at −
+    """A run's duration (DESIGN §5): its own ``duration_s``, else ``ended_at −
     started_at``, else first send → last completion; only a positive span counts. The same
     rule as the store's SQL (``store.run_figures.DURATION_SQL``), for where no store is."""
     span = None if started_at is None or ended_at is None else ended_at - started_at

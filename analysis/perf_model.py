@@ -1,4 +1,4 @@
-"""First-order step-time model of an LLM serving engine (ARCHITECTURE §7).
+"""First-order step-time model of an LLM serving engine (DESIGN §7).
 
 Pure functions over small dataclasses; no I/O. The reference engine (``sim/``) asks this module how
 long each iteration takes, and the capacity planner (``analysis/capacity.py``) uses the same

@@ -1,6 +1,6 @@
 """SLO profiles, per-request attainment, goodput, pass/fail per target and SLO capacity. Pure.
 
-Definitions (ARCHITECTURE §5, docs/metrics.md):
+Definitions (DESIGN §5, docs/metrics.md):
 
 - A request **meets** the profile when it succeeded (``status = 'ok'``) and its TTFT, TPOT and
   E2E are each within their targets. A target the profile leaves out always holds. TPOT is

@@ -1,4 +1,4 @@
-"""Engine /metrics → normalised metrics (ARCHITECTURE §6, FORMATS.md §A1–§A5, §A8).
+"""Engine /metrics → normalised metrics (DESIGN §6, FORMATS.md §A1–§A5, §A8).
 
 Each engine's names map onto one vocabulary (``NORMALISED``): gauges and cumulative counters,
 plus label-free histogram series (``<hist>_bucket:<le>``, ``<hist>_sum``, ``<hist>_count``) from

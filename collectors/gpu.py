@@ -1,7 +1,7 @@
 """GPU samples: NVML through ``nvidia-ml-py`` (module ``pynvml``), and DCGM exporter pages.
 
 Both produce rows for ``gpu_samples`` (and NVML also ``gpu_process_samples``) in the store's
-units: bytes, ratios 0..1 for utilisation, W, °C, MHz (ARCHITECTURE §4, FORMATS.md §A6–§A7).
+units: bytes, ratios 0..1 for utilisation, W, °C, MHz (DESIGN §4, FORMATS.md §A6–§A7).
 
 Without a GPU or driver, :meth:`NvmlSampler.open` raises ``CollectorError`` with the one line
 ``no NVIDIA driver found: GPU samples off``; the watcher prints it and goes on with the other

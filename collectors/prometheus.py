@@ -1,5 +1,5 @@
 """Engine and DCGM series from a Prometheus server (``/api/v1/query_range``), for fleets that
-already scrape their engines (ARCHITECTURE §6, §10).
+already scrape their engines (DESIGN §6, §10).
 
 One range query fetches every series the normalisation maps read (and the DCGM fields), limited
 by the user's label matchers (``--match 'job="vllm",namespace="prod"'``). The answer is cut into

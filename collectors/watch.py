@@ -1,5 +1,5 @@
 """The live watcher: scrape engines' /metrics, DCGM exporters, NVML and Prometheus on an interval,
-and write the samples through a buffered writer (ARCHITECTURE §4, §6).
+and write the samples through a buffered writer (DESIGN §4, §6).
 
 Each source runs its own loop on one asyncio event loop, so a slow or dead target never delays
 the others; ticks are scheduled on a fixed grid (no drift), and a tick missed because a scrape

@@ -1,4 +1,4 @@
-"""Engines and short-lived connections, with lock retry (ARCHITECTURE §4).
+"""Engines and short-lived connections, with lock retry (DESIGN §4).
 
 DuckDB lets one process open a file at a time, so nothing here holds a connection: each
 ``Store.connect()`` opens one, runs a transaction and closes it. When another process holds the

@@ -1,4 +1,4 @@
-"""Bulk writes, idempotent upserts and the spool (ARCHITECTURE §4).
+"""Bulk writes, idempotent upserts and the spool (DESIGN §4).
 
 Fast paths: DuckDB inserts from a registered DataFrame (Arrow-backed scan, one statement);
 PostgreSQL COPYs into a temporary table and inserts from it. Rows already stored (same key)

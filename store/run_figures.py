@@ -1,7 +1,7 @@
 """Each run's summary — counts, tokens, time span and P50…P99 of every latency metric — kept as
 a rollup (``store.rollups``) so that Home, Compare and Latency read it instead of sorting a
 run's millions of rows again; and the figures derived from it and the run's own columns
-(duration, throughput, error rates: ARCHITECTURE §5, docs/metrics.md), in one place.
+(duration, throughput, error rates: DESIGN §5, docs/metrics.md), in one place.
 
 Definitions: latency percentiles, tokens and throughput count successful requests only; client
 lag covers every request; ITL pools the token gaps of every request that did not fail (found
@@ -59,7 +59,7 @@ COLUMNS: Final = (
     ),
 )
 
-#: The figures derived from a run's counts and its own columns (ARCHITECTURE §5).
+#: The figures derived from a run's counts and its own columns (DESIGN §5).
 FIGURES: Final = (
     "errors",
     "error_rate",

@@ -1,6 +1,6 @@
 """SQLAlchemy Core tables: the whole schema, one place.
 
-Units (ARCHITECTURE §4): instants are DOUBLE seconds since the Unix epoch (UTC), durations
+Units (DESIGN §4): instants are DOUBLE seconds since the Unix epoch (UTC), durations
 DOUBLE milliseconds (``*_ms``), memory bytes (``*_bytes``), ratios 0..1. JSON is stored as
 text so that DuckDB and PostgreSQL read it the same way.
 """

@@ -1,4 +1,4 @@
-"""Pure Plotly figure builders over DataFrames (ARCHITECTURE §3, §11.8). No Streamlit, no I/O.
+"""Pure Plotly figure builders over DataFrames (DESIGN §3, §11.8). No Streamlit, no I/O.
 
 Distributions are drawn from a sample (``store.request_rows.run_metric_sample``: one ``value``
 column); the histogram is binned here, so the figure carries bin counts rather than every value,

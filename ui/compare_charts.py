@@ -1,4 +1,4 @@
-"""Pure Plotly builders for the Compare page (ARCHITECTURE §3, §11.8). No Streamlit, no I/O.
+"""Pure Plotly builders for the Compare page (DESIGN §3, §11.8). No Streamlit, no I/O.
 
 Inputs are the frames of ``analysis.compare.curves`` (one row per run with ``series``,
 ``load``, ``load_kind`` and the run's aggregates) and ``store.request_rows.metric_samples``

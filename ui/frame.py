@@ -2,7 +2,7 @@
 
 Both entry scripts call :func:`run` and nothing else: ``ui/entry/streamlit_app.py`` (what
 ``servescope ui`` runs) and ``app.py`` (``streamlit run app.py``, AppTest). Pages never depend on
-widgets created here (ARCHITECTURE §8): they read shared selections through ui.state.
+widgets created here (DESIGN §8): they read shared selections through ui.state.
 """
 
 from __future__ import annotations

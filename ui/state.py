@@ -1,6 +1,6 @@
 """Shared selections: read with defaults, kept in ``st.query_params`` so they can be shared.
 
-Pages never depend on widgets created in app.py (ARCHITECTURE §8): every selection is read here,
+Pages never depend on widgets created in app.py (DESIGN §8): every selection is read here,
 with a default, from the URL or the page's own widget.
 """
 

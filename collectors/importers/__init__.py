@@ -1,4 +1,4 @@
-"""Importers of other benchmark tools' result files (ARCHITECTURE §6, FORMATS §B).
+"""Importers of other benchmark tools' result files (DESIGN §6, FORMATS §B).
 
 One module per format, registered in ``registry.FORMATS``; detection by content; every
 per-request metric recomputed with our definitions, the tool's own aggregates kept in

@@ -1,6 +1,6 @@
 """Building the rows an importer writes: run ids, the ``runs`` row, requests and token gaps.
 
-Per-request metrics are recomputed here with ServeScope's definitions (ARCHITECTURE §5,
+Per-request metrics are recomputed here with ServeScope's definitions (DESIGN §5,
 ``analysis.metrics``): TTFT and E2E from the file's raw per-request figures, TPOT as
 (E2E − TTFT) / (output_tokens − 1), token gaps in milliseconds.
 """

@@ -15,7 +15,7 @@ from errors import InputError
 APIS = ("chat", "completions")
 TRANSPORTS = ("lean", "httpx")
 
-#: Engine flags of each framework → the normalised vocabulary (ARCHITECTURE §6).
+#: Engine flags of each framework → the normalised vocabulary (DESIGN §6).
 ENGINE_PARAM_ALIASES: dict[str, str] = {
     "max_batch_size": "max_batch_size",
     "max_num_seqs": "max_batch_size",
@@ -94,7 +94,7 @@ def normalise_engine_params(items: Sequence[str] | Mapping[str, Any]) -> dict[st
 
 #: The most streams (requests in flight) one ``servescope bench`` level may hold. Each stream
 #: costs the measuring process a socket and a task; far beyond this one process cannot keep
-#: its timestamps honest anyway. For more load, run several bench processes (ARCHITECTURE §10).
+#: its timestamps honest anyway. For more load, run several bench processes (DESIGN §10).
 MAX_CONCURRENCY = 10_000
 
 #: What --concurrency / --rate accept (the help and the error messages say the same).

@@ -3,7 +3,7 @@
 Runs in the coordinating process (never in the measuring event loop): it turns each
 ``ResultBatch`` into ``requests`` and ``token_gaps`` rows for a ``RowSink`` (the store's
 ``BufferedWriter``), keeps what the progress bar and the run row need, and decides whether the
-client kept up (ARCHITECTURE §5/§6): a run is client-bound when it sent at < 95% of the
+client kept up (DESIGN §5/§6): a run is client-bound when it sent at < 95% of the
 scheduled rate or its P99 client lag exceeded 10 ms.
 """
 

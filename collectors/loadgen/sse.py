@@ -7,7 +7,7 @@ searches whether an event carries generated content (``"content"``, ``"text"``,
 at the end (usage, finish reason, an error). Timestamps come from the caller: the instant the
 bytes were read from the socket.
 
-Metric definitions (ARCHITECTURE §5): the first content event gives TTFT; every gap between
+Metric definitions (DESIGN §5): the first content event gives TTFT; every gap between
 consecutive content events is one ITL sample (``gaps_ms``); the last byte gives E2E.
 
 Malformed input is rejected without decoding every event: a content event counts only when it

@@ -88,7 +88,7 @@ def test_both_entry_scripts_draw_the_frame(script: str, db_url: str) -> None:
 def test_every_page_runs_without_app(
     page: nav.PageSpec, seeded: bool, seed: Callable[[], None]
 ) -> None:
-    """ARCHITECTURE §8 pitfall: a page must not depend on widgets created in app.py."""
+    """DESIGN §8 pitfall: a page must not depend on widgets created in app.py."""
     if seeded:
         seed()
     at = AppTest.from_file(str(ROOT / page.path), default_timeout=TIMEOUT).run()

@@ -1,4 +1,4 @@
-"""analysis.metrics against hand-computed values (ARCHITECTURE §5)."""
+"""analysis.metrics against hand-computed values (DESIGN §5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Cached view models for the pages: the only place with ``st.cache_data`` (ARCHITECTURE §8).
+"""Cached view models for the pages: the only place with ``st.cache_data`` (DESIGN §8).
 
 Each page's module wraps its view-model builder (``services.views``): ``ui.cache.home``,
 ``ui.cache.data``, ``ui.cache.compare``, ``ui.cache.latency``, ``ui.cache.memory``,
