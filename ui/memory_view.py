@@ -14,7 +14,7 @@ from typing import Any
 import streamlit as st
 
 from analysis import latency
-from services.views import memory
+from services.views import memory, run_window
 from services.views.memory import MemorySelection, MemoryView, TrendFigure
 from ui import display, memory_charts, state
 
@@ -44,7 +44,7 @@ def selection() -> MemorySelection:
         {
             memory.RUN_PARAM: state.selected_run(),
             memory.WINDOW_PARAM: state.widget_or_url(
-                WINDOW_KEY, memory.WINDOW_PARAM, memory.window_text
+                WINDOW_KEY, memory.WINDOW_PARAM, run_window.window_text
             ),
             memory.SLO_PARAM: state.widget_or_url(SLO_KEY, memory.SLO_PARAM, _slo_text),
             memory.CAP_PARAM: state.widget_or_url(CAP_KEY, memory.CAP_PARAM, _cap_text),

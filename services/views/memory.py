@@ -9,7 +9,6 @@ from ``gpu_samples`` of its hosts (NVML ``--gpu`` or DCGM ``--dcgm``).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -17,6 +16,7 @@ from typing import Any, Final
 import pandas as pd
 
 from analysis import engine_series, latency
+from services.views.run_window import WINDOW_PARAM, parse_window, run_window
 from store import catalog, request_rows, request_stats, runs_table, sample_timelines
 from store.db import Store
 
@@ -26,30 +26,12 @@ DEFAULT_CAP: Final = 0.90
 RUNS_LIMIT: Final = 200
 #: The URL parameters of the page's selections.
 RUN_PARAM: Final = "run"
-WINDOW_PARAM: Final = "window"  # seconds from the run's start, "60-300"
 CAP_PARAM: Final = "cap"
 SLO_PARAM: Final = "slo"
 OVERLAY_PARAM: Final = "overlay"  # run ids, comma-separated
 
 _ENGINE_COLUMNS: Final = ("target", "metric", "ts", "value", "max_value", "samples")
 _MIB: Final = 2**20
-
-
-def parse_window(text: str | None) -> tuple[float, float] | None:
-    """``"60-300"`` → (60.0, 300.0) seconds from the run's start; None (the whole run) when
-    absent or unreadable."""
-    if not text:
-        return None
-    try:
-        start, end = (float(part) for part in text.split("-", 1))
-    except ValueError:
-        return None
-    return start, end
-
-
-def window_text(window: tuple[float, float]) -> str:
-    """The ``?window=`` text of ``window`` (the inverse of :func:`parse_window`)."""
-    return f"{window[0]:g}-{window[1]:g}"
 
 
 @dataclass(frozen=True)
@@ -194,13 +176,14 @@ def _window(
 ) -> tuple[float, tuple[float, float], float, float]:
     """(slider range in whole seconds, the window in seconds from the start clamped to it,
     its absolute since, until); the whole range is the whole run."""
-    first, last = span
-    span_s = float(max(1, math.ceil(last - first)))
-    start, end = wanted if wanted is not None else (0.0, span_s)
-    window = (max(0.0, min(start, span_s)), max(0.0, min(end, span_s)))
-    if window == (0.0, span_s):
-        return span_s, window, first, last
-    return span_s, window, first + window[0], first + window[1] + 1e-6
+    chosen = run_window(*span, wanted)
+    since, until = chosen.bounds
+    return (
+        chosen.span_s,
+        chosen.chosen,
+        span[0] if since is None else since,
+        span[1] if until is None else until,
+    )
 
 
 def _aggregates_only(store: Store, listed: pd.DataFrame, run_id: str) -> tuple[str, bool]:
