@@ -1,8 +1,8 @@
 """Pure Plotly builders for the Compare page (DESIGN §3, §11.8). No Streamlit, no I/O.
 
-Inputs are the frames of ``analysis.compare.curves`` (one row per run with ``series``,
-``load``, ``load_kind`` and the run's aggregates) and ``store.request_rows.metric_samples``
-(``run_id``, ``value``).
+Inputs are the frames of the Compare view model (``services.views.compare.CompareView``): its
+``rows`` (one row per run with ``series``, ``load``, ``load_kind`` and the run's figures, from
+``analysis.compare.curves``) and its ``samples`` (``run_id``, ``metric``, ``value``).
 """
 
 from __future__ import annotations
