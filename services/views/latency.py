@@ -193,16 +193,48 @@ def latency_view(store: Store, selection: LatencySelection) -> LatencyView:
     labels = tuple(bucket_labels(selection.edges))
     buckets = bucket_percentiles(store, run_id, selection, bounds, labels)
     levels = runs_table.load_levels(store, run_id)
+    over_time, prefill, engine = None, None, None
     if span is None:
-        over_time, prefill, engine = None, None, None
         slowest = slowest_requests(store, run_id, selection.top, bounds, pd.DataFrame(), {})
-        ttft = _first_row(request_rows.ttft_summary(store, (run_id,), *bounds))
-        timeline = diagnose.ttft_over_time(None, t0=0.0, window_s=1.0)
     else:
         over_time = _over_time(store, run_id, selection.edges, span, bounds, count)
         engine, sources = engine_for_run(store, run_id)
         slowest = slowest_requests(store, run_id, selection.top, bounds, engine, sources)
         prefill = _prefill(store, run_id, over_time, levels, selection.edges)
+    return LatencyView(
+        selection=selection,
+        runs=listed,
+        run_id=run_id,
+        tool=tool,
+        requests=count,
+        span=span,
+        window=window,
+        labels=labels,
+        buckets=buckets,
+        over_time=over_time,
+        slowest=slowest,
+        prefill=prefill,
+        diagnosis=_diagnosis(store, run_id, selection, bounds, buckets, over_time, engine, levels),
+    )
+
+
+def _diagnosis(
+    store: Store,
+    run_id: str,
+    selection: LatencySelection,
+    bounds: Bounds,
+    buckets: BucketPercentiles,
+    over_time: OverTime | None,
+    engine: pd.DataFrame | None,
+    levels: pd.DataFrame,
+) -> Diagnosis:
+    """The four rules over what the page read (the heatmap's TTFT, else a summary of its own;
+    TTFT by input: the shown buckets when they are those, else a read of their own) and the
+    series' load levels."""
+    if over_time is None:
+        ttft = _first_row(request_rows.ttft_summary(store, (run_id,), *bounds))
+        timeline = diagnose.ttft_over_time(None, t0=0.0, window_s=1.0)
+    else:
         ttft = diagnose.heatmap_ttft(over_time.heatmap)
         timeline = diagnose.ttft_over_time(
             over_time.heatmap, t0=over_time.t0, window_s=over_time.window_s
@@ -223,26 +255,12 @@ def latency_view(store: Store, selection: LatencySelection) -> LatencyView:
         engine=engine,
         load=_load_points(store, levels),
     )
-    return LatencyView(
-        selection=selection,
-        runs=listed,
-        run_id=run_id,
-        tool=tool,
-        requests=count,
-        span=span,
-        window=window,
-        labels=labels,
-        buckets=buckets,
-        over_time=over_time,
-        slowest=slowest,
-        prefill=prefill,
-        diagnosis=Diagnosis(
-            evidence=evidence,
-            findings=tuple(diagnose.diagnose(evidence)),
-            missing=tuple(diagnose.missing_inputs(evidence)),
-            ttft_by_input=ttft_by_input,
-            timeline=timeline,
-        ),
+    return Diagnosis(
+        evidence=evidence,
+        findings=tuple(diagnose.diagnose(evidence)),
+        missing=tuple(diagnose.missing_inputs(evidence)),
+        ttft_by_input=ttft_by_input,
+        timeline=timeline,
     )
 
 
