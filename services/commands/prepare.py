@@ -19,13 +19,13 @@ import logging
 from collections.abc import Sequence
 from typing import Final
 
-from analysis import slo
-from errors import ConfigError, StoreError
+from errors import StoreError
+from services.commands import slo_profiles
 from services.views.compare import CompareSelection, compare_view
 from services.views.home import HomeSelection, home_view
 from services.views.latency import LatencySelection, latency_view
 from services.views.memory import MemorySelection, memory_view
-from store import catalog, request_stats, run_figures
+from store import request_stats, run_figures
 from store.db import Store
 
 log = logging.getLogger("servescope.prepare")
@@ -50,22 +50,10 @@ def prepare(store: Store, run_ids: Sequence[str], *, large_run: int = LARGE_RUN)
             home_view(store, HomeSelection.default(run))
             latency_view(store, LatencySelection.default(run))
             memory_view(store, MemorySelection.default(run))
+            # every profile's attainment from one scan, before Compare's default profile asks
+            request_stats.prepare_attainment(store, [run], slo_profiles.threshold_sets(store))
             compare_view(store, CompareSelection.default(run))
-            _attainment_under_every_profile(store, run)
     except StoreError as exc:
         log.info("page views left to the first view: %s", exc)
         return False
     return True
-
-
-def _attainment_under_every_profile(store: Store, run_id: str) -> None:
-    """The run's SLO attainment under every stored SLO profile, from one scan (the Compare page
-    may be switched to any of them)."""
-    thresholds = []
-    for name in catalog.names(store, "slo_profiles"):
-        try:
-            profile = slo.SloProfile.from_entry(catalog.get(store, "slo_profiles", name))
-        except ConfigError:
-            continue  # an invalid profile: the page says so when it is picked
-        thresholds.append(profile.sql_thresholds())
-    request_stats.prepare_attainment(store, [run_id], thresholds)
