@@ -302,7 +302,7 @@ def main() -> None:
         os.environ["SERVESCOPE_DB"] = url
         print(
             "\nFull page render (AppTest; target < 2 s): first view (nothing stored) / "
-            "run_views.prepare / first view after it / cold view (rollups stored) / warm rerun"
+            "prepare / first view after it / cold view (rollups stored) / warm rerun"
         )
         for page in ("latency.py", "memory.py"):
             times = render(page, store)

@@ -319,7 +319,7 @@ def samples_ready(
     store: Store, run_ids: Sequence[str], limit: int = DISTRIBUTION_SAMPLE_LIMIT
 ) -> bool:
     """True when :func:`request_samples` and the ITL :func:`metric_samples` of every run of
-    ``run_ids`` are stored and fresh (``run_views.prepare`` keeps them for large runs), so
+    ``run_ids`` are stored and fresh (``services.commands.prepare`` keeps them for large runs), so
     drawing them costs no scan."""
     ids = distinct_ids(run_ids)
     for kind, params in (

@@ -1,8 +1,8 @@
-"""SQL building blocks shared by the store's read modules (``runs``, ``run_figures``,
-``requests``, ``request_stats``, ``samples``, ``sample_timelines``): percentile aggregates that
-mean the same on DuckDB and PostgreSQL, filtered aggregates, statements with list parameters, and
-the dtype coercion that makes both dialects' results alike. Only constants of these modules are
-formatted into SQL; values are bound parameters.
+"""SQL building blocks shared by the store's read modules (``runs_table``, ``run_figures``,
+``request_rows``, ``request_stats``, ``sample_series``, ``sample_timelines``): percentile
+aggregates that mean the same on DuckDB and PostgreSQL, filtered aggregates, statements with
+list parameters, and the dtype coercion that makes both dialects' results alike. Only
+constants of these modules are formatted into SQL; values are bound parameters.
 """
 
 from __future__ import annotations

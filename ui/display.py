@@ -1,8 +1,8 @@
 """Pure formatting helpers for the dashboard: escaping, labels and display tables. No Streamlit.
 
 Everything that turns a view model's data (``services.views``) into the text and tables a page
-shows lives here, so that pages stay thin and the shaping is unit-testable. Data (run names, errors) is user input: anything that ends
-up in Markdown goes through ``md_escape``.
+shows lives here, so that pages stay thin and the shaping is unit-testable. Data (run names,
+errors) is user input: anything that ends up in Markdown goes through ``md_escape``.
 """
 
 from __future__ import annotations

@@ -11,9 +11,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from collectors.importers import ImportOptions, Source, command, import_paths, parse_sources, runner
+from collectors.importers import ImportOptions, Source, import_paths, parse_sources, runner
 from collectors.importers.model import ParsedFile
 from collectors.importers.runner import FileReport
+from services.commands import imports
 from store import tables
 from store.db import Store
 from store.lifecycle import memory_store, open_store
@@ -248,7 +249,7 @@ def test_batch_continues_past_bad_file_and_cli_exits_nonzero(tmp_path: Path) -> 
     bad.write_text('{"date": ')
     url = f"duckdb:///{tmp_path / 's.duckdb'}"
     parser = argparse.ArgumentParser()
-    command.register(parser.add_subparsers())
+    imports.register(parser.add_subparsers())
     args = parser.parse_args(
         [
             "import",
@@ -261,7 +262,7 @@ def test_batch_continues_past_bad_file_and_cli_exits_nonzero(tmp_path: Path) -> 
         ]
     )
     out, err = io.StringIO(), io.StringIO()
-    assert command.run(args, out, err) == 1
+    assert imports.run(args, out, err) == 1
     assert "bad.json" in err.getvalue() and len(err.getvalue().strip().splitlines()) == 1
     assert "detailed_small.json" in out.getvalue() and "1 FAILED" in out.getvalue()
     store = open_store(url)
