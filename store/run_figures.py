@@ -85,6 +85,17 @@ def _per_second(amount: str) -> str:
     return f"CAST({amount} AS DOUBLE PRECISION) / {DURATION_SQL}"
 
 
+#: A run's counts over ``requests q`` (what the figures need): every request, the successful
+#: ones, timeouts, tokens of successful requests, first and last send, last completion.
+_COUNTS_SQL: Final = f"""COUNT(*) AS requests,
+                   {filtered("COUNT(*)", OK)} AS ok,
+                   {filtered("COUNT(*)", "q.status = 'timeout'")} AS timeouts,
+                   {filtered("SUM(q.input_tokens)", OK)} AS input_tokens,
+                   {filtered("SUM(q.output_tokens)", OK)} AS output_tokens,
+                   MIN(q.sent_at) AS first_sent,
+                   MAX(q.sent_at) AS last_sent,
+                   MAX(q.done_at) AS last_done"""
+
 #: THE definitions of the figures, in SQL over ``runs r`` joined with a run's counts ``a``
 #: (requests, ok, timeouts, input_tokens, output_tokens of successful requests, first_sent,
 #: last_done): errors are every request that is not ok; throughput counts successful requests
@@ -126,16 +137,9 @@ def compute(store: Store, run_ids: Sequence[str]) -> pd.DataFrame:
     sql = f"""
         WITH a AS (
             SELECT q.run_id,
-                   COUNT(*) AS requests,
-                   {filtered("COUNT(*)", OK)} AS ok,
-                   {filtered("COUNT(*)", "q.status = 'timeout'")} AS timeouts,
+                   {_COUNTS_SQL},
                    {filtered("COUNT(*)", "q.status = 'cancelled'")} AS cancelled,
-                   {filtered("SUM(q.input_tokens)", OK)} AS input_tokens,
-                   {filtered("SUM(q.output_tokens)", OK)} AS output_tokens,
                    COUNT(q.sent_at) AS sent_n,
-                   MIN(q.sent_at) AS first_sent,
-                   MAX(q.sent_at) AS last_sent,
-                   MAX(q.done_at) AS last_done,
                    {dist}
             FROM requests q WHERE q.run_id IN :run_ids
             GROUP BY q.run_id
@@ -206,14 +210,7 @@ def light_stats(store: Store, run_ids: Sequence[str]) -> pd.DataFrame:
     sql = f"""
         WITH a AS (
             SELECT q.run_id,
-                   COUNT(*) AS requests,
-                   {filtered("COUNT(*)", OK)} AS ok,
-                   {filtered("COUNT(*)", "q.status = 'timeout'")} AS timeouts,
-                   {filtered("SUM(q.input_tokens)", OK)} AS input_tokens,
-                   {filtered("SUM(q.output_tokens)", OK)} AS output_tokens,
-                   MIN(q.sent_at) AS first_sent,
-                   MAX(q.sent_at) AS last_sent,
-                   MAX(q.done_at) AS last_done
+                   {_COUNTS_SQL}
             FROM requests q WHERE q.run_id IN :run_ids
             GROUP BY q.run_id
         )
