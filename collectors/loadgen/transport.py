@@ -42,7 +42,7 @@ TIMING_EXT = "servescope.timing"
 TLS_HANDSHAKE_TIMEOUT_S = 5.0
 FAST_STREAM_EXT = "servescope.stream"
 
-Sink = Callable[[bytes, float], None]
+ChunkSink = Callable[[bytes, float], None]
 _perf = time.perf_counter
 
 
@@ -78,7 +78,7 @@ class _Connection(asyncio.Protocol):
         self._head_waiter: asyncio.Future[ResponseHead] | None = None
         self._chunked: ChunkedDecoder | None = None
         self._left: int | None = None
-        self.sink: Sink | None = None
+        self.sink: ChunkSink | None = None
         self.pending: deque[tuple[bytes, float]] = deque()
         self.waiter: asyncio.Future[None] | None = None
         self.body_done = False
@@ -255,7 +255,7 @@ class LeanStream(httpx.AsyncByteStream):
         self._read_timeout = read_timeout
         self._closed = False
 
-    async def consume(self, sink: Sink) -> None:
+    async def consume(self, sink: ChunkSink) -> None:
         """Feed every body piece with its read instant to ``sink``; return at the body's end.
 
         Pieces that arrived before this call are replayed with their own instants. Raises the
