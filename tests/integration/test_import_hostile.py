@@ -17,8 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from collectors.importers import ImportOptions, Source, command, import_paths, parse_sources
+from collectors.importers import ImportOptions, Source, import_paths, parse_sources
 from collectors.importers.records import run_id_for
+from services.commands import imports
 from store import tables
 from store.db import Store
 from store.lifecycle import open_store
@@ -36,10 +37,10 @@ def _vllm(**changes: object) -> str:
 
 def _cli(paths: list[Path], url: str) -> tuple[int, str, str]:
     parser = argparse.ArgumentParser()
-    command.register(parser.add_subparsers())
+    imports.register(parser.add_subparsers())
     args = parser.parse_args(["import", *map(str, paths), "--db", url])
     out, err = io.StringIO(), io.StringIO()
-    code = command.run(args, out, err)
+    code = imports.run(args, out, err)
     return code, out.getvalue(), err.getvalue()
 
 
