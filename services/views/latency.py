@@ -11,6 +11,7 @@ and ``analysis.latency`` / ``analysis.diagnose``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -171,6 +172,23 @@ class LatencyView:
     slowest: SlowestRequests | None = None
     prefill: PrefillSplit | None = None
     diagnosis: Diagnosis | None = None
+
+
+def resolve(store: Store, selection: LatencySelection) -> LatencySelection:
+    """``selection`` resolved the way :func:`latency_view` resolves it — the run asked for when
+    it exists, else the newest; a window over the run's whole span, no window — the one key a
+    view is cached under, whether it came from the URL, the widgets or the defaults."""
+    listed = runs_table.list_runs(store, limit=RUNS_LIMIT, include=selection.run_id)
+    run_ids = [str(r) for r in listed["run_id"]]
+    if not run_ids:
+        return selection
+    run_id = selection.run_id if selection.run_id in run_ids else run_ids[0]
+    window = selection.window
+    if window is not None:  # the slider's whole range is the whole run: one key for both
+        _, span = run_span(request_rows.request_span(store, (run_id,)))
+        if span is not None and run_window(*span, window).whole:
+            window = None
+    return dataclasses.replace(selection, run_id=run_id, window=window)
 
 
 def latency_view(store: Store, selection: LatencySelection) -> LatencyView:

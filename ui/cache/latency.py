@@ -16,6 +16,15 @@ def _latency_view(url: str, selection: latency.LatencySelection) -> latency.Late
         return latency.latency_view(store, selection)
 
 
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def _resolved(url: str, selection: latency.LatencySelection) -> latency.LatencySelection:
+    with short_lived_store(url) as store:
+        return latency.resolve(store, selection)
+
+
 def latency_view(selection: latency.LatencySelection) -> latency.LatencyView:
-    """``services.views.latency.latency_view`` of the dashboard's store."""
-    return _latency_view(store_url(), selection)
+    """``services.views.latency.latency_view`` of the dashboard's store, cached under the
+    resolved selection: the first view (no run asked for) and the rerun after the picker
+    settled on the newest run are one cache entry."""
+    url = store_url()
+    return _latency_view(url, _resolved(url, selection))
