@@ -29,7 +29,7 @@ SOAK_S = float(os.environ.get("SERVESCOPE_SOAK_S", "120"))
 
 READER = """
 import sys, time
-from store.db import Store
+from store.lifecycle import open_store
 url, until = sys.argv[1], float(sys.argv[2])
 reads = 0
 while time.time() < until:
