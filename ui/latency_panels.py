@@ -30,7 +30,7 @@ from services.views.latency import (
     PrefillSplit,
     SlowestRequests,
 )
-from services.views.run_window import WINDOW_PARAM, window_text
+from services.views.run_window import WINDOW_PARAM
 from ui import crosscheck_view, display, latency_charts, state
 
 EDGES_KEY = "latency_edges"
@@ -52,7 +52,7 @@ def selection() -> LatencySelection:
             latency.EDGES_PARAM: state.widget_or_url(EDGES_KEY, latency.EDGES_PARAM, str),
             latency.BY_PARAM: state.widget_or_url(BY_KEY, latency.BY_PARAM, str),
             latency.METRIC_PARAM: state.widget_or_url(METRIC_KEY, latency.METRIC_PARAM, str),
-            WINDOW_PARAM: state.widget_or_url(WINDOW_KEY, WINDOW_PARAM, window_text),
+            WINDOW_PARAM: state.window_value(WINDOW_PARAM),
             latency.TOP_PARAM: state.widget_or_url(TOP_KEY, latency.TOP_PARAM, _top_text),
         }
     )

@@ -14,7 +14,7 @@ from typing import Any
 import streamlit as st
 
 from analysis import latency
-from services.views import memory, run_window
+from services.views import memory
 from services.views.memory import MemorySelection, MemoryView, TrendFigure
 from ui import display, memory_charts, state
 
@@ -43,9 +43,7 @@ def selection() -> MemorySelection:
     return MemorySelection.from_params(
         {
             memory.RUN_PARAM: state.selected_run(),
-            memory.WINDOW_PARAM: state.widget_or_url(
-                WINDOW_KEY, memory.WINDOW_PARAM, run_window.window_text
-            ),
+            memory.WINDOW_PARAM: state.window_value(memory.WINDOW_PARAM),
             memory.SLO_PARAM: state.widget_or_url(SLO_KEY, memory.SLO_PARAM, _slo_text),
             memory.CAP_PARAM: state.widget_or_url(CAP_KEY, memory.CAP_PARAM, _cap_text),
             memory.OVERLAY_PARAM: state.widget_or_url(

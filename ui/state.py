@@ -87,6 +87,13 @@ def widget_or_url(key: str, param: str, to_text: Callable[[Any], str] = _as_text
     return url_value(param)
 
 
+def window_value(param: str = "window") -> str | None:
+    """The window a :func:`window_slider` holds, for a selection read before it is drawn: its
+    ``?param=`` text, which the slider's ``on_change`` writes knowing the run's span (the whole
+    span as nothing), so a window over the whole run and none are one selection."""
+    return url_value(param)
+
+
 def window_slider(
     key: str, span_s: float, value: tuple[float, float], *, label: str, param: str = "window"
 ) -> tuple[float, float]:

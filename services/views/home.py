@@ -96,6 +96,11 @@ class HomeView:
     run: RunDetail | None = None
 
     @property
+    def selection(self) -> HomeSelection:
+        """The selection as resolved: the run shown in detail."""
+        return HomeSelection(run_id=self.run.run_id if self.run is not None else None)
+
+    @property
     def run_ids(self) -> list[str]:
         """The latest runs' ids, in the table's order (row i ↔ run i)."""
         if self.latest_runs.empty:

@@ -154,7 +154,8 @@ class Diagnosis:
 
 @dataclass(frozen=True)
 class LatencyView:
-    """Everything the Latency page shows. ``run_id`` None: the store holds no run. An
+    """Everything the Latency page shows, for ``selection`` as resolved (the run shown; no
+    window when it spans the whole run). ``run_id`` None: the store holds no run. An
     aggregates-only import or a run without requests has nothing more; ``span`` None: the
     requests carry no send times (no window, no views over time, no TTFT split)."""
 
@@ -174,23 +175,6 @@ class LatencyView:
     diagnosis: Diagnosis | None = None
 
 
-def resolve(store: Store, selection: LatencySelection) -> LatencySelection:
-    """``selection`` resolved the way :func:`latency_view` resolves it — the run asked for when
-    it exists, else the newest; a window over the run's whole span, no window — the one key a
-    view is cached under, whether it came from the URL, the widgets or the defaults."""
-    listed = runs_table.list_runs(store, limit=RUNS_LIMIT, include=selection.run_id)
-    run_ids = [str(r) for r in listed["run_id"]]
-    if not run_ids:
-        return selection
-    run_id = selection.run_id if selection.run_id in run_ids else run_ids[0]
-    window = selection.window
-    if window is not None:  # the slider's whole range is the whole run: one key for both
-        _, span = run_span(request_rows.request_span(store, (run_id,)))
-        if span is not None and run_window(*span, window).whole:
-            window = None
-    return dataclasses.replace(selection, run_id=run_id, window=window)
-
-
 def latency_view(store: Store, selection: LatencySelection) -> LatencyView:
     """The Latency page for ``selection``: the run asked for (else the newest) and, when it has
     requests, every part of the page. Reads only what is shown: the bucket percentiles of the
@@ -202,11 +186,15 @@ def latency_view(store: Store, selection: LatencySelection) -> LatencyView:
     run_id = selection.run_id if selection.run_id in run_ids else run_ids[0]
     tool = imported_runs.tool_summary(store, run_id)
     count, span = run_span(request_rows.request_span(store, (run_id,)))
+    window = run_window(*span, selection.window) if span is not None else None
+    # the selection as resolved: this run, and no window when it spans the whole run
+    selection = dataclasses.replace(
+        selection, run_id=run_id, window=None if window is None or window.whole else window.chosen
+    )
     if imported_runs.is_aggregates_only({"requests": count}, tool.summary):
         return LatencyView(selection, listed, run_id, tool, aggregates_only=True)
     if count == 0:
         return LatencyView(selection, listed, run_id, tool, span=span)
-    window = run_window(*span, selection.window) if span is not None else None
     bounds: Bounds = window.bounds if window is not None else (None, None)
     labels = tuple(bucket_labels(selection.edges))
     buckets = bucket_percentiles(store, run_id, selection, bounds, labels)

@@ -10,14 +10,15 @@ from ``gpu_samples`` of its hosts (NVML ``--gpu`` or DCGM ``--dcgm``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 import pandas as pd
 
 from analysis import engine_series, latency
+from services.commands import slo_profiles
 from services.views.run_window import WINDOW_PARAM, parse_window, run_window
-from store import catalog, request_rows, request_stats, runs_table, sample_timelines
+from store import request_rows, request_stats, runs_table, sample_timelines
 from store.db import Store
 
 #: The memory cap (fraction of GPU memory) when neither the URL nor an SLO profile sets one.
@@ -94,6 +95,7 @@ class MemoryView:
     None: the run recorded no time at all (nothing else is read)."""
 
     runs: pd.DataFrame  # the run choices (runs_table.list_runs), newest first
+    selection: MemorySelection = MemorySelection()  # as resolved (run, window, profile, overlay)
     run_id: str | None = None
     span: tuple[float, float] | None = None  # the run's [start, end], epoch seconds
     span_s: float = 1.0  # the window slider's range (whole seconds, ≥ 1)
@@ -127,19 +129,27 @@ def memory_view(store: Store, selection: MemorySelection) -> MemoryView:
     listed = runs_table.list_runs(store, limit=RUNS_LIMIT, include=selection.run_id)
     run_ids = [str(r) for r in listed["run_id"]]
     if not run_ids:
-        return MemoryView(runs=listed)
+        return MemoryView(runs=listed, selection=selection)
     run_id = selection.run_id if selection.run_id in run_ids else run_ids[0]
     sources = sample_timelines.run_sources(store, run_id)
     span = _span(sources)
     if span is None:
-        return MemoryView(runs=listed, run_id=run_id)
+        return MemoryView(runs=listed, selection=replace(selection, run_id=run_id), run_id=run_id)
     span_s, window, since, until = _window(span, selection.window)
     source, aggregates_only = _aggregates_only(store, listed, run_id)
-    slo_profiles, slo, cap, cap_from_profile = _cap(store, selection)
+    profile_names, slo, cap, cap_from_profile = _cap(store, selection)
     engine, gpu = _samples(store, sources, since, until)
     overlay = tuple(r for r in selection.overlay if r in run_ids and r != run_id)
+    resolved = replace(
+        selection,
+        run_id=run_id,
+        window=None if window == (0.0, span_s) else window,
+        slo=slo,
+        overlay=overlay,
+    )
     return MemoryView(
         runs=listed,
+        selection=resolved,
         run_id=run_id,
         span=span,
         span_s=span_s,
@@ -148,7 +158,7 @@ def memory_view(store: Store, selection: MemorySelection) -> MemoryView:
         until=until,
         source=source,
         aggregates_only=aggregates_only,
-        slo_profiles=slo_profiles,
+        slo_profiles=profile_names,
         slo=slo,
         cap=cap,
         cap_from_profile=cap_from_profile,
@@ -202,10 +212,11 @@ def _cap(
 ) -> tuple[tuple[str, ...], str | None, float, bool]:
     """(SLO profile names, the chosen one, the memory cap, whether the profile set it): the
     profile's ``max_memory_fraction`` when it has a valid one, else the selection's cap."""
-    names = tuple(catalog.names(store, "slo_profiles"))
+    profiles = slo_profiles.slo_profiles(store)
+    names = tuple(profiles)
     slo = selection.slo if selection.slo in names else None
     if slo is not None:
-        cap = catalog.get(store, "slo_profiles", slo).get("max_memory_fraction")
+        cap = profiles[slo].get("max_memory_fraction")
         if isinstance(cap, int | float) and 0 < float(cap) <= 1:
             return names, slo, float(cap), True
     return names, slo, selection.cap, False

@@ -4,8 +4,9 @@ watcher keeps the DuckDB file between refreshes."""
 
 from __future__ import annotations
 
-from services.store_session import short_lived_store, store_url
+from services.store_session import short_lived_store
 from services.views import live
+from ui.cache import store_url
 
 
 def live_view(selection: live.LiveSelection) -> live.LiveView:
