@@ -79,17 +79,6 @@ def engine_series(
     return store.read_df(sql + " ORDER BY target, ts, metric", params_all)
 
 
-def latest_engine_state(store: Store) -> pd.DataFrame:
-    """Each target's normalised metrics at its newest scrape: target, engine, ts, metric, value."""
-    return store.read_df(
-        "SELECT s.target, s.engine, s.ts, s.metric, s.value FROM engine_samples AS s "
-        "JOIN (SELECT target, MAX(ts) AS ts FROM engine_samples GROUP BY target) AS l "
-        "ON s.target = l.target AND s.ts = l.ts "
-        "WHERE s.metric NOT LIKE '%\\_bucket:%' ESCAPE '\\' "
-        "ORDER BY s.target, s.metric"
-    )
-
-
 def engine_histogram_series(
     store: Store, target: str, hist: str, *, since: float, until: float | None = None
 ) -> pd.DataFrame:
@@ -133,12 +122,6 @@ def gpu_series(
         sql += f" AND host IN ({host_sql})"
         params.update(hparams)
     return store.read_df(sql + " ORDER BY host, gpu_index, ts", params)
-
-
-def gpu_memory_series(store: Store, *, since: float, until: float | None = None) -> pd.DataFrame:
-    """GPU memory over time: host, gpu_index, ts, mem_used_bytes, mem_total_bytes."""
-    df = gpu_series(store, since=since, until=until)
-    return df[["host", "gpu_index", "ts", "mem_used_bytes", "mem_total_bytes"]]
 
 
 def latest_gpu_state(store: Store, *, since: float | None = None) -> pd.DataFrame:

@@ -23,11 +23,6 @@ def parse_window(text: str | None) -> tuple[float, float] | None:
     return start, end
 
 
-def window_text(window: tuple[float, float]) -> str:
-    """The ``?window=`` text of ``window`` (the inverse of :func:`parse_window`)."""
-    return f"{window[0]:g}-{window[1]:g}"
-
-
 @dataclass(frozen=True)
 class RunWindow:
     """The window chosen over a run that starts at ``start`` (epoch seconds): ``chosen`` in
