@@ -1,4 +1,5 @@
-"""store.queries against a real store (DuckDB file; PostgreSQL too where ``store_url`` offers it),
+"""The store's run reads (runs_table, run_figures, request_rows, request_stats.bucket_latency)
+against a real store (DuckDB file; PostgreSQL too where ``store_url`` offers it),
 checked against hand-computed values and against analysis.metrics."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""store.memory_queries on DuckDB and PostgreSQL, against hand-computed values."""
+"""store.sample_timelines on DuckDB and PostgreSQL, against hand-computed values."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""store.compare_queries on DuckDB and PostgreSQL (``store_url``), against hand-computed values
+"""Runs side by side (runs_table.run_aggregates, request_stats.slo_attainment,
+request_rows' samples) on DuckDB and PostgreSQL (``store_url``), against hand-computed values
 and against the pure definitions in analysis.slo."""
 
 from __future__ import annotations

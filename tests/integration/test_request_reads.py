@@ -1,4 +1,6 @@
-"""store.latency_queries on DuckDB and PostgreSQL, against hand-computed values."""
+"""A selection's requests (request_rows, request_stats: spans, buckets, heatmap, timeline,
+samples, slowest, in flight) and runs_table.load_levels on DuckDB and PostgreSQL, against
+hand-computed values."""
 
 from __future__ import annotations
 
