@@ -160,6 +160,17 @@ def run_duration(
     return _positive(duration_s) or _positive(span) or run_duration_s(requests)
 
 
+def error_rate(requests: float, ok: float) -> float | None:
+    """The share of requests that did not succeed (errors, timeouts, cancelled); None without
+    requests. (``store.run_figures.FIGURES_SQL`` says the same in SQL.)"""
+    return (requests - ok) / requests if requests else None
+
+
+def per_gpu(throughput: float | None, gpu_count: float | None) -> float | None:
+    """``throughput`` per GPU; None when either is unknown (a GPU count of 0 is unknown)."""
+    return throughput / gpu_count if throughput is not None and gpu_count else None
+
+
 def _rate(amount: float, duration_s: float | None) -> float | None:
     if duration_s is None or duration_s <= 0:
         return None
@@ -207,16 +218,14 @@ def run_summary(
         requests=total,
         ok=ok,
         errors=total - ok,
-        error_rate=(total - ok) / total if total else None,
+        error_rate=error_rate(total, ok),
         duration_s=duration_s,
         input_tokens=input_tokens,
         output_tokens=output_tokens,
         request_throughput=_rate(ok, duration_s),
         output_throughput=output_tps,
         total_token_throughput=_rate(input_tokens + output_tokens, duration_s),
-        output_throughput_per_gpu=(
-            output_tps / gpu_count if output_tps is not None and gpu_count else None
-        ),
+        output_throughput_per_gpu=per_gpu(output_tps, gpu_count),
         ttft_ms=dist("ttft_ms"),
         tpot_ms=tpot,
         e2e_ms=dist("e2e_ms"),

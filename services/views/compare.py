@@ -21,7 +21,7 @@ from typing import Any, Final
 
 import pandas as pd
 
-from analysis import compare, crosscheck, slo
+from analysis import compare, crosscheck, metrics, slo
 from errors import ConfigError, InputError
 from services.commands import slo_profiles
 from store import request_rows, request_stats, runs_table, sample_timelines
@@ -303,6 +303,10 @@ def _missing(value: Any) -> bool:
     return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
 
 
+def _number(value: Any) -> float | None:
+    return None if _missing(value) else float(value)
+
+
 def _tool_row(row: dict[str, Any]) -> dict[str, Any]:
     """An aggregate-only run's row with the tool's own figures where it has them."""
     figures = crosscheck.tool_figures(row.get("tool_summary"))
@@ -320,13 +324,14 @@ def _tool_row(row: dict[str, Any]) -> dict[str, Any]:
         row["requests"] = int(total)
         row["errors"] = int(failed or 0)
         # the tool's failure share (its completed and failed counts, no request rows of ours)
-        row["error_rate"] = (failed or 0.0) / total if total else math.nan
+        rate = metrics.error_rate(total, ok)
+        row["error_rate"] = math.nan if rate is None else rate
         for prefix in ("ttft", "tpot", "e2e"):
             if not _missing(row.get(f"{prefix}_p50_ms")):
                 row[f"{prefix}_n"] = int(ok)
-    gpus, tps = row.get("gpu_count"), row.get("output_throughput")
-    if tps is not None and gpus is not None and not _missing(tps) and not _missing(gpus) and gpus:
-        row["output_throughput_per_gpu"] = float(tps) / int(gpus)  # the tool's throughput
+    per_gpu = metrics.per_gpu(_number(row.get("output_throughput")), _number(row.get("gpu_count")))
+    if per_gpu is not None:
+        row["output_throughput_per_gpu"] = per_gpu  # the tool's throughput per GPU
     return row
 
 
