@@ -42,11 +42,7 @@ def sync_to_url(
 
     def _changed() -> None:
         value = st.session_state.get(key)
-        text = to_text(value) if value is not None else ""
-        if text:
-            st.query_params[param] = text
-        elif param in st.query_params:
-            del st.query_params[param]
+        set_url_value(param, to_text(value) if value is not None else "")
 
     return _changed
 
@@ -130,10 +126,7 @@ def selected_run() -> str | None:
 
 def set_run(run_id: str | None) -> None:
     """Select ``run_id`` (None clears it): the URL and the run picker follow."""
-    if run_id:
-        st.query_params[RUN_PARAM] = run_id
-    elif RUN_PARAM in st.query_params:
-        del st.query_params[RUN_PARAM]
+    set_url_value(RUN_PARAM, run_id)
     st.session_state[RUN_WIDGET_KEY] = run_id
 
 
@@ -158,8 +151,8 @@ def run_picker(choices: Mapping[str, str], *, label: str = "Run") -> str | None:
     if current not in options:
         current = default_run(options)
         st.session_state[RUN_WIDGET_KEY] = current
-    if current and requested_run() != current:
-        st.query_params[RUN_PARAM] = current
+    if current:
+        set_url_value(RUN_PARAM, current)
     chosen: str | None = st.selectbox(
         label,
         options,
