@@ -7,6 +7,7 @@ seconds) so that a ServeScope run can be diffed with vLLM's own tooling — and 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import math
 import sys
@@ -137,6 +138,16 @@ def vllm_json(run: dict[str, Any], requests: pd.DataFrame, gaps: pd.DataFrame) -
     return doc
 
 
+def table_bytes(rows: pd.DataFrame, fmt: str) -> bytes:
+    """``rows`` as a CSV (UTF-8) or Parquet file's bytes: the one serialisation of a run's
+    request rows, for ``servescope export`` and the Data page's download."""
+    if fmt == "csv":
+        return rows.to_csv(index=False).encode("utf-8")
+    buffer = io.BytesIO()
+    rows.to_parquet(buffer, index=False)
+    return buffer.getvalue()
+
+
 def export_run(store: Store, run_id: str, fmt: str, out: str | None) -> str:
     """Write the export; returns where it went."""
     from store import request_rows, runs_table
@@ -157,12 +168,12 @@ def export_run(store: Store, run_id: str, fmt: str, out: str | None) -> str:
     if fmt == "parquet" and target == "-":
         raise InputError("Parquet cannot go to stdout", hint="give --out FILE.parquet")
     if fmt == "csv":
-        text = requests.to_csv(index=False)
+        text = table_bytes(requests, "csv").decode("utf-8")
     elif fmt == "vllm-json":
         gaps = request_rows.run_token_gaps(store, run_id)
         text = json.dumps(vllm_json(run, requests, gaps), allow_nan=False, default=str)
     else:
-        requests.to_parquet(Path(target), index=False)
+        Path(target).write_bytes(table_bytes(requests, "parquet"))
         return target
     if target == "-":
         sys.stdout.write(text)

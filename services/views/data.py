@@ -4,7 +4,6 @@ run's requests as a download. (The page's writes — imports, renames, tags, del
 
 from __future__ import annotations
 
-import io
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
@@ -12,6 +11,7 @@ from typing import Final
 import pandas as pd
 
 from errors import InputError
+from services.commands import export
 from store import request_rows, runs_table
 from store.db import Store
 
@@ -136,9 +136,4 @@ def requests_download(store: Store, run_id: str, fmt: str) -> bytes:
         raise InputError(
             f"unknown download format {fmt!r}", hint=f"choose one of {', '.join(DOWNLOAD_FORMATS)}"
         )
-    df = request_rows.run_requests_all(store, run_id)
-    if fmt == "csv":
-        return df.to_csv(index=False).encode("utf-8")
-    buffer = io.BytesIO()
-    df.to_parquet(buffer, index=False)
-    return buffer.getvalue()
+    return export.table_bytes(request_rows.run_requests_all(store, run_id), fmt)
