@@ -19,7 +19,8 @@ from store.sql import coerce, distinct_ids, json_object
 if TYPE_CHECKING:
     from store.db import Store
 
-#: The columns of a run listing (the runs table's descriptive ones; no engine or client params).
+#: The columns of a run listing: the runs table's descriptive ones and the engine parameters
+#: (the configuration Compare groups by); not the client's parameters.
 LIST_COLUMNS: Final = (
     "run_id",
     "name",
@@ -35,6 +36,7 @@ LIST_COLUMNS: Final = (
     "target_rate",
     "burstiness",
     "sweep_id",
+    "engine_params",
     "started_at",
     "ended_at",
     "duration_s",

@@ -4,6 +4,8 @@ and against the pure definitions in analysis.slo."""
 
 from __future__ import annotations
 
+import json
+
 from collections.abc import Iterator
 
 import numpy as np
@@ -98,6 +100,8 @@ def test_run_aggregates_hand_computed(store: Store) -> None:
     assert a["output_tokens"] == 61
     assert a["duration_s"] == pytest.approx(10.0)
     assert a["request_throughput"] == pytest.approx(0.4)
+    # the configuration Compare groups a series by (its engine parameters, as stored)
+    assert json.loads(a["engine_params"]) == {"max_batch_size": 8}
     assert a["output_throughput"] == pytest.approx(6.1)
     assert a["output_throughput_per_gpu"] == pytest.approx(3.05)
     assert a["ttft_n"] == 4
