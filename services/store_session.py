@@ -23,10 +23,12 @@ def masked_store_url() -> str:
 
 @contextmanager
 def short_lived_store(url: str | None = None) -> Iterator[Store]:
-    """Open the store at ``url`` (default: SERVESCOPE_DB) for one piece of work; its engine is
-    disposed when the block ends, however it ends."""
+    """Open the store at ``url`` (default: SERVESCOPE_DB) for one piece of work — a view's
+    build, a page's action — held open for its many short reads (``Store.held_open``); its
+    engine is disposed when the block ends, however it ends."""
     store = open_store(url or settings.db_url())
     try:
-        yield store
+        with store.held_open():
+            yield store
     finally:
         store.dispose()
