@@ -5,7 +5,6 @@ and against the pure definitions in analysis.slo."""
 from __future__ import annotations
 
 import json
-
 from collections.abc import Iterator
 
 import numpy as np
