@@ -1,9 +1,11 @@
 """The catalog's seed data (TOML files beside this module) and a pure loader.
 
 Each file holds one table of the catalog: ``[[gpus]]``, ``[[models]]``, ``[[slo_profiles]]``,
-``[[workloads]]`` entries, each with a ``name`` and a ``source``. The store seeds its catalog
-tables from here (``store.catalog``); the sim reads GPUs and models from here directly so that it
-stands alone without a store.
+``[[workloads]]``, ``[[frameworks]]``, ``[[criteria]]``, ``[[weight_presets]]`` entries, each with
+a ``name`` and a ``source``; ``scores.toml`` holds ``[[scores]]``, one per framework and criterion,
+named ``"<framework>/<criterion>"`` by the loader (the ``framework_scores`` table). The store
+seeds its catalog tables from here (``store.catalog``); the sim reads GPUs and models from here
+directly so that it stands alone without a store.
 """
 
 from __future__ import annotations
@@ -20,7 +22,18 @@ SEED_FILES: dict[str, str] = {
     "models": "models.toml",
     "slo_profiles": "slo_profiles.toml",
     "workloads": "workloads.toml",
+    "frameworks": "frameworks.toml",
+    "criteria": "criteria.toml",
+    "framework_scores": "scores.toml",
+    "weight_presets": "weight_presets.toml",
 }
+# the TOML array each file holds, where it is not named after the table
+_ARRAY = {"framework_scores": "scores"}
+
+
+def score_name(framework: str, criterion: str) -> str:
+    """The key of one checklist score: ``"<framework>/<criterion>"``."""
+    return f"{framework}/{criterion}"
 
 
 @cache
@@ -35,7 +48,15 @@ def _load(kind: str) -> tuple[dict[str, Any], ...]:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"seeds/{SEED_FILES[kind]} is not valid TOML: {exc}") from exc
-    entries = data.get(kind, [])
+    entries = data.get(_ARRAY.get(kind, kind), [])
+    if kind == "framework_scores":
+        for i, e in enumerate(entries):
+            if not isinstance(e.get("framework"), str) or not isinstance(e.get("criterion"), str):
+                raise ConfigError(
+                    f"seeds/{SEED_FILES[kind]}: [[scores]] entry {i + 1} needs "
+                    "'framework' and 'criterion' (strings)"
+                )
+            e["name"] = score_name(e["framework"], e["criterion"])
     names = [e.get("name") for e in entries]
     if any(not isinstance(n, str) or not n for n in names) or len(set(names)) != len(names):
         raise ConfigError(f"seeds/{SEED_FILES[kind]}: every entry needs a unique 'name'")

@@ -1,4 +1,5 @@
-"""The catalog: GPUs, models, SLO profiles and workloads, seeded from ``seeds/*.toml``.
+"""The catalog: GPUs, models, SLO profiles, workloads and the framework evaluation checklist
+(frameworks, criteria, scores with evidence, weight presets), seeded from ``seeds/*.toml``.
 
 Seeding is idempotent and runs when a store is first opened: a missing seed entry is inserted,
 a seed entry whose TOML changed is updated, and an entry a user edited (``origin = 'user'``) is
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 KINDS = tuple(schema.CATALOG_TABLES)
 _META = ("origin", "seed_hash", "updated_at")
 # catalog tables whose full entry is kept as JSON in `spec` (the other tables are all columns)
-_SPEC_KINDS = {"slo_profiles", "workloads"}
+_SPEC_KINDS = {"slo_profiles", "workloads", "frameworks", "criteria", "weight_presets"}
 
 
 def _table(kind: str) -> sa.Table:
@@ -36,7 +37,11 @@ def _table(kind: str) -> sa.Table:
 def _row(kind: str, entry: dict[str, Any], origin: str) -> dict[str, Any]:
     table = _table(kind)
     columns = {c.name for c in table.columns}
-    row = {k: v for k, v in entry.items() if k in columns and k not in _META}
+    row = {
+        k: json.dumps(v, sort_keys=True) if isinstance(v, list | dict) else v
+        for k, v in entry.items()
+        if k in columns and k not in _META
+    }
     if kind in _SPEC_KINDS:
         row["spec"] = json.dumps(entry, sort_keys=True)
     row["origin"] = origin

@@ -22,6 +22,20 @@ if TYPE_CHECKING:
 
 Migration = tuple[int, str, Callable[[sa.Connection], None]]
 
+# created by migration 5 (the framework evaluation checklist and the evidence measured for it)
+_CHECKLIST_TABLES = (
+    "frameworks",
+    "criteria",
+    "framework_scores",
+    "framework_score_edits",
+    "weight_presets",
+    "verifications",
+    "verification_checks",
+    "quality_runs",
+    "quality_answers",
+    "project_health",
+)
+
 
 # Tables written in bulk (millions of rows). On DuckDB they are created without their PRIMARY
 # KEY: DuckDB's ART index made 1M-row inserts ~3x slower (0.87 s vs 0.32 s measured here);
@@ -78,11 +92,24 @@ def _store_id(conn: sa.Connection) -> None:
         conn.execute(sa.insert(schema.store_meta).values(key="store_id", value=uuid.uuid4().hex))
 
 
+def _checklist(conn: sa.Connection) -> None:
+    for column in ("precision", "kv_cache_dtype"):
+        conn.execute(sa.text(f"ALTER TABLE runs ADD COLUMN IF NOT EXISTS {column} TEXT"))
+    for name in _CHECKLIST_TABLES:
+        schema.metadata.tables[name].create(conn, checkfirst=True)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     (1, "initial schema", _initial),
     (2, "gpu_samples.mem_reserved_bytes (NVML / DCGM reserved memory)", _gpu_reserved_memory),
     (3, "runs.data_version and run_rollups (stored per-run summaries)", _run_rollups),
     (4, "store_meta.store_id (the store's identity, recorded in spooled batches)", _store_id),
+    (
+        5,
+        "runs.precision, runs.kv_cache_dtype; framework checklist catalog; verifications, "
+        "quality and project health",
+        _checklist,
+    ),
 )
 
 

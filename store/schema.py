@@ -43,6 +43,10 @@ runs = sa.Table(
     sa.Column("model", sa.Text),
     sa.Column("gpu_name", sa.Text),
     sa.Column("gpu_count", sa.Integer),
+    sa.Column(
+        "precision", sa.Text
+    ),  # weights: bf16 | fp16 | fp8 | int8 | int4 | gptq | awq | gguf-q4_k_m ... (migration 5)
+    sa.Column("kv_cache_dtype", sa.Text),  # auto | fp16 | bf16 | fp8 | int8 (migration 5)
     sa.Column("endpoint", sa.Text),  # never credentials
     sa.Column("api", sa.Text),  # chat | completions
     sa.Column("host", sa.Text),  # the client host that measured
@@ -251,12 +255,168 @@ workloads = sa.Table(
     *_catalog_columns(),
 )
 
+# --- the framework evaluation checklist (migration 5) -----------------------------------------
+
+frameworks = sa.Table(
+    "frameworks",
+    metadata,
+    sa.Column("name", sa.Text, primary_key=True),  # e.g. vllm (the runs.framework value)
+    sa.Column("display_name", sa.Text),
+    sa.Column("repo", sa.Text),  # GitHub owner/name, for project health
+    sa.Column("homepage", sa.Text),
+    sa.Column("licence", sa.Text),
+    sa.Column("spec", sa.Text),  # JSON: the full entry (aliases, serve command, notes)
+    *_catalog_columns(),
+)
+
+criteria = sa.Table(
+    "criteria",
+    metadata,
+    sa.Column("name", sa.Text, primary_key=True),  # e.g. memory_management
+    sa.Column("display_name", sa.Text),
+    sa.Column("category", sa.Text),
+    sa.Column("description", sa.Text),
+    sa.Column("kind", sa.Text),  # checklist (scored in scores.toml) | measured (fed from the store)
+    sa.Column("spec", sa.Text),  # JSON: the full entry (the checklist items, must-have tags)
+    *_catalog_columns(),
+)
+
+framework_scores = sa.Table(
+    "framework_scores",
+    metadata,
+    sa.Column("name", sa.Text, primary_key=True),  # "<framework>/<criterion>"
+    sa.Column("framework", sa.Text, nullable=False),
+    sa.Column("criterion", sa.Text, nullable=False),
+    sa.Column("score", DOUBLE, nullable=False),  # 0..5
+    sa.Column("evidence", sa.Text, nullable=False),  # one line
+    sa.Column("source_url", sa.Text, nullable=False),  # the project's own docs / release notes
+    sa.Column("checked_on", sa.Text, nullable=False),  # ISO date the evidence was checked
+    sa.Column("tags", sa.Text),  # JSON list: capabilities a must-have filter can ask for
+    sa.Column("updated_by", sa.Text),
+    *_catalog_columns(),
+)
+
+framework_score_edits = sa.Table(
+    "framework_score_edits",
+    metadata,
+    sa.Column("name", sa.Text, primary_key=True),  # "<framework>/<criterion>"
+    sa.Column("edited_at", DOUBLE, primary_key=True),
+    sa.Column("framework", sa.Text, nullable=False),
+    sa.Column("criterion", sa.Text, nullable=False),
+    sa.Column("score", DOUBLE),
+    sa.Column("evidence", sa.Text),
+    sa.Column("source_url", sa.Text),
+    sa.Column("checked_on", sa.Text),
+    sa.Column("tags", sa.Text),
+    sa.Column("previous", sa.Text),  # JSON: the row as it was before the edit
+    sa.Column("edited_by", sa.Text),
+)
+
+weight_presets = sa.Table(
+    "weight_presets",
+    metadata,
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("description", sa.Text),
+    sa.Column("spec", sa.Text),  # JSON: {weights: {criterion: w}, must_have: [tag, ...]}
+    *_catalog_columns(),
+)
+
 CATALOG_TABLES: dict[str, sa.Table] = {
     "gpus": gpus,
     "models": models,
     "slo_profiles": slo_profiles,
     "workloads": workloads,
+    "frameworks": frameworks,
+    "criteria": criteria,
+    "framework_scores": framework_scores,
+    "weight_presets": weight_presets,
 }
+
+# --- evidence measured on the user's endpoints (migration 5) ----------------------------------
+
+verifications = sa.Table(
+    "verifications",
+    metadata,
+    sa.Column("verify_id", sa.Text, primary_key=True),
+    sa.Column("endpoint", sa.Text, nullable=False),  # never credentials
+    sa.Column("api", sa.Text),  # chat | completions | both
+    sa.Column("model", sa.Text),
+    sa.Column("framework", sa.Text),
+    sa.Column("framework_version", sa.Text),
+    sa.Column("identity_source", sa.Text),  # which probe named the framework
+    sa.Column("host", sa.Text),
+    sa.Column("started_at", DOUBLE),
+    sa.Column("duration_s", DOUBLE),
+    sa.Column("passed", sa.Integer),
+    sa.Column("failed", sa.Integer),
+)
+
+verification_checks = sa.Table(
+    "verification_checks",
+    metadata,
+    sa.Column("verify_id", sa.Text, primary_key=True),
+    sa.Column("check_name", sa.Text, primary_key=True),
+    sa.Column("api", sa.Text),
+    sa.Column("passed", sa.Boolean, nullable=False),
+    sa.Column("sent", sa.Text),  # what was sent (abridged)
+    sa.Column("received", sa.Text),  # what came back (abridged)
+    sa.Column("message", sa.Text),  # why it passed or failed
+    sa.Column("why_it_matters", sa.Text),
+    sa.Column("duration_ms", DOUBLE),
+)
+
+quality_runs = sa.Table(
+    "quality_runs",
+    metadata,
+    sa.Column("quality_id", sa.Text, primary_key=True),
+    sa.Column("prompt_set", sa.Text),
+    sa.Column("prompt_set_sha256", sa.Text),
+    sa.Column("reference_endpoint", sa.Text),
+    sa.Column("reference_model", sa.Text),
+    sa.Column("reference_framework", sa.Text),
+    sa.Column("reference_version", sa.Text),
+    sa.Column("reference_precision", sa.Text),
+    sa.Column("candidate_endpoint", sa.Text),
+    sa.Column("candidate_model", sa.Text),
+    sa.Column("candidate_framework", sa.Text),
+    sa.Column("candidate_version", sa.Text),
+    sa.Column("candidate_precision", sa.Text),
+    sa.Column("started_at", DOUBLE),
+    sa.Column("duration_s", DOUBLE),
+    sa.Column("prompts", sa.Integer),
+    sa.Column("summary", sa.Text),  # JSON: accuracies, agreement, similarity, each with its CI
+)
+
+quality_answers = sa.Table(
+    "quality_answers",
+    metadata,
+    sa.Column("quality_id", sa.Text, primary_key=True),
+    sa.Column("prompt_id", sa.Text, primary_key=True),
+    sa.Column("category", sa.Text),
+    sa.Column("reference_answer", sa.Text),
+    sa.Column("candidate_answer", sa.Text),
+    sa.Column("reference_correct", sa.Boolean),
+    sa.Column("candidate_correct", sa.Boolean),
+    sa.Column("agree", sa.Boolean),
+    sa.Column("similarity", DOUBLE),  # token-overlap F1, 0..1
+    sa.Column("reference_error", sa.Text),
+    sa.Column("candidate_error", sa.Text),
+)
+
+project_health = sa.Table(
+    "project_health",
+    metadata,
+    sa.Column("framework", sa.Text, primary_key=True),
+    sa.Column("fetched_at", DOUBLE, primary_key=True),
+    sa.Column("repo", sa.Text, nullable=False),
+    sa.Column("releases_12m", sa.Integer),
+    sa.Column("median_days_between_releases", DOUBLE),
+    sa.Column("median_first_response_h", DOUBLE),  # to the first maintainer comment
+    sa.Column("issues_sampled", sa.Integer),
+    sa.Column("latest_release", sa.Text),
+    sa.Column("latest_release_at", DOUBLE),
+    sa.Column("detail", sa.Text),  # JSON: what was counted, for the page's tooltip
+)
 
 # column order of the bulk-write tables (the ingest fast paths rely on it)
 REQUEST_COLUMNS: tuple[str, ...] = tuple(c.name for c in requests.columns)

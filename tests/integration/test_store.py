@@ -223,9 +223,13 @@ def test_replace_runs_is_one_transaction(store_url: str) -> None:
 def test_migrations_upgrade_a_version_1_store_keeping_its_runs(tmp_path: Path) -> None:
     url = f"duckdb:///{tmp_path / 'old.duckdb'}"
     old = Store(sa.create_engine(url, poolclass=sa.pool.NullPool))
-    with old.connect() as conn:  # a store as migration 1 left it (before migrations 2 to 4)
+    with old.connect() as conn:  # a store as migration 1 left it (before migrations 2 to 5)
         migrations.MIGRATIONS[0][2](conn)
         conn.execute(sa.text("ALTER TABLE gpu_samples DROP COLUMN mem_reserved_bytes"))
+        conn.execute(sa.text("ALTER TABLE runs DROP COLUMN precision"))
+        conn.execute(sa.text("ALTER TABLE runs DROP COLUMN kv_cache_dtype"))
+        for table in migrations._CHECKLIST_TABLES:
+            conn.execute(sa.text(f"DROP TABLE {table}"))
         conn.execute(sa.text("ALTER TABLE runs DROP COLUMN data_version"))
         conn.execute(sa.text("DROP TABLE run_rollups"))
         conn.execute(sa.text("DROP TABLE store_meta"))
@@ -238,7 +242,10 @@ def test_migrations_upgrade_a_version_1_store_keeping_its_runs(tmp_path: Path) -
                 "INSERT INTO requests (run_id, seq, status, ttft_ms) VALUES ('old', 0, 'ok', 7)"
             )
         )
-    assert migrations.migrate(old) == len(migrations.MIGRATIONS) == 4
+    assert migrations.migrate(old) == len(migrations.MIGRATIONS) == 5
+    assert sa.inspect(old.engine).has_table("framework_scores")
+    with old.connect() as conn:
+        conn.execute(sa.text("UPDATE runs SET precision = 'fp8', kv_cache_dtype = 'fp8'"))
     ingest.add_rows(
         old, "gpu_samples", [{"host": "h", "gpu_index": 0, "ts": 1.0, "mem_reserved_bytes": 5.0}]
     )
