@@ -804,8 +804,8 @@ def perturbation_shares(
     """The share of random weightings under which each ranked framework comes first.
 
     Every non-zero weight is multiplied by an independent factor uniform in ``[1 − spread,
-    1 + spread]`` (``numpy.random.default_rng(seed)``; ``0 ≤ spread < 1``); ties go by name as in
-    :func:`rank`. Shares sum to 1 over the ranked frameworks (each listed, 0 included); empty when
+    1 + spread]`` (``numpy.random.default_rng(seed)``; ``0 ≤ spread < 1``); a sample in which k
+    frameworks tie for first (as :func:`rank` rounds totals) counts 1/k for each. Shares sum to 1 over the ranked frameworks (each listed, 0 included); empty when
     none is ranked. Other arguments as :func:`rank`.
     """
     if not (0.0 <= spread < 1.0):
@@ -819,7 +819,9 @@ def perturbation_shares(
     factors = rng.uniform(1.0 - spread, 1.0 + spread, size=(samples, len(p.criteria)))
     drawn = factors * p.weights  # zero weights stay zero
     totals = (drawn @ p.matrix.T) / drawn.sum(axis=1, keepdims=True)
-    # ranked is sorted by name, so argmax's first-index rule breaks ties by name
-    firsts = np.argmax(np.round(totals, TOTAL_DECIMALS), axis=1)
-    counts = np.bincount(firsts, minlength=len(p.ranked))
+    # a sample in which k frameworks tie for first counts 1/k for each: the name order that
+    # breaks ties in a ranking's table is no reason to win a perturbation
+    rounded = np.round(totals, TOTAL_DECIMALS)
+    tied = rounded == rounded.max(axis=1, keepdims=True)
+    counts = (tied / tied.sum(axis=1, keepdims=True)).sum(axis=0)
     return {fw: float(counts[i]) / samples for i, fw in enumerate(p.ranked)}

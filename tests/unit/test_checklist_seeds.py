@@ -185,7 +185,8 @@ def test_weight_presets() -> None:
         assert any(w > 0 for w in weights.values()), name
         assert isinstance(p["must_have"], list), name
         assert set(p["must_have"]) <= vocabulary, (name, set(p["must_have"]) - vocabulary)
-    assert presets["edge-cpu"]["must_have"] == ["cpu"]
+    # edge and CPU hosts: a CPU backend, and no Python/CUDA stack to carry
+    assert set(presets["edge-cpu"]["must_have"]) == {"cpu", "native_binary"}
 
 
 @pytest.mark.parametrize(
