@@ -11,11 +11,13 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
 import seeds
+from analysis import checklist
 from errors import ConfigError
 from store import schema
 
@@ -53,8 +55,21 @@ def _hash(entry: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(entry, sort_keys=True).encode()).hexdigest()[:16]
 
 
+#: The checklist's seed files are validated together before any is written.
+CHECKLIST_KINDS = ("frameworks", "criteria", "framework_scores", "weight_presets")
+
+
+def validate_seeds() -> None:
+    """Validate the checklist seeds as one catalogue (scores name known frameworks and
+    criteria, scores 0–5 with evidence, source and date, presets name known criteria): a
+    malformed seed edit is one ConfigError naming the file, the entry and the key."""
+    checklist.Catalog.from_entries(*(seeds.entries(kind) for kind in CHECKLIST_KINDS))
+
+
 def seed(store: Store) -> int:
-    """Insert or refresh seed entries; user-edited entries are kept. Returns entries written."""
+    """Insert or refresh seed entries; user-edited entries are kept. Returns entries written.
+    The seeds are validated first: a malformed seed file writes nothing."""
+    validate_seeds()
     written = 0
     with store.connect() as conn:
         for kind in KINDS:
@@ -85,6 +100,23 @@ def names(store: Store, kind: str) -> list[str]:
         return [r[0] for r in conn.execute(sa.select(table.c.name).order_by(table.c.name))]
 
 
+def _entry(kind: str, row: Mapping[Any, Any]) -> dict[str, Any]:
+    if kind in _SPEC_KINDS and row["spec"]:
+        entry: dict[str, Any] = json.loads(row["spec"])
+        entry["name"] = row["name"]
+        return entry
+    return {str(k): v for k, v in row.items() if k not in _META}
+
+
+def entries(store: Store, kind: str) -> list[dict[str, Any]]:
+    """Every entry of one catalog table as dicts (their TOML fields), by name, in one read;
+    ``origin`` (``seed`` / ``user``) added."""
+    table = _table(kind)
+    with store.connect() as conn:
+        rows = conn.execute(sa.select(table).order_by(table.c.name)).mappings().all()
+    return [_entry(kind, row) | {"origin": row["origin"]} for row in rows]
+
+
 def get(store: Store, kind: str, name: str) -> dict[str, Any]:
     """One catalog entry as a dict (its TOML fields); the error lists the valid names."""
     table = _table(kind)
@@ -94,11 +126,7 @@ def get(store: Store, kind: str, name: str) -> dict[str, Any]:
             valid = [r[0] for r in conn.execute(sa.select(table.c.name).order_by(table.c.name))]
             label = kind[:-1].replace("_", " ")
             raise ConfigError(f"unknown {label} {name!r}; available: {', '.join(valid) or 'none'}")
-    if kind in _SPEC_KINDS and row["spec"]:
-        entry: dict[str, Any] = json.loads(row["spec"])
-        entry["name"] = name
-        return entry
-    return {k: v for k, v in row.items() if k not in _META}
+    return _entry(kind, row)
 
 
 def save_user_entry(store: Store, kind: str, entry: dict[str, Any]) -> None:

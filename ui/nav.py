@@ -25,6 +25,7 @@ class PageSpec:
 
 PAGES: tuple[PageSpec, ...] = (
     PageSpec("pages/home.py", "Home", ":material/home:", "home", default=True),
+    PageSpec("pages/select.py", "Select", ":material/checklist:", "select"),
     PageSpec("pages/live.py", "Live", ":material/monitor_heart:", "live"),
     PageSpec("pages/data.py", "Data", ":material/database:", "data"),
     PageSpec("pages/compare.py", "Compare", ":material/compare_arrows:", "compare"),

@@ -47,6 +47,9 @@ LIST_FLAGS: dict[tuple[tuple[str, ...], str], tuple[list[str], list[str], list[s
     # tags come after the PATHs (or `--` before them): see test_tags_before_paths_*
     (("import",), "--tag"): (["import", "results/"], ["nightly", "h100"], ["--replace"]),
     (("import",), "PATH"): (["import", "--replace"], ["a.json", "b/"], []),
+    (("health",), "FRAMEWORK"): (["health", "--issues", "3"], ["vllm", "sglang"], []),
+    (("checklist", "rank"), "--weight"): (["checklist", "rank"], ["scheduling=5", "licence=1"], []),
+    (("checklist", "rank"), "--must-have"): (["checklist", "rank"], ["amd", "gguf"], []),
     (("db", "prepare"), "RUN_ID"): (
         ["db", "--db", "duckdb:///x.duckdb", "prepare"],
         ["r1", "r2"],
