@@ -1,7 +1,9 @@
 """Comparing runs: series, curves across load, the Pareto frontier, baseline vs candidate. Pure.
 
 - A **series** groups runs that differ only in load: by framework, by configuration (framework
-  plus its normalised ``engine_params``), by model or by GPU.
+  plus its normalised ``engine_params``), by model, by GPU or by precision (weights and KV cache).
+- **Fair-comparison warnings** (:func:`comparison_warnings`): the runs compared differ in what
+  is not the subject of the comparison — model, precision, output-token cap, workload or GPU.
 - A run's **load** is its concurrency (closed loop) or its target rate (open loop).
 - The **Pareto frontier** keeps the runs no other run beats on both throughput per GPU and
   tokens/s per user (interactivity, 1000 / median TPOT).
@@ -22,6 +24,7 @@ from typing import Any, Final
 import numpy as np
 import pandas as pd
 
+from analysis.precision import precision_label
 from errors import ConfigError
 
 #: How runs are grouped into series: the choice → a description.
@@ -30,6 +33,7 @@ GROUPINGS: Final[Mapping[str, str]] = {
     "framework": "framework",
     "model": "model",
     "gpu": "GPU",
+    "precision": "precision (weights · KV cache)",
 }
 
 
@@ -66,16 +70,35 @@ def series_label(row: Mapping[str, Any], by: str) -> str:
     if by == "model":
         return _text(row.get("model"))
     if by == "gpu":
-        count = row.get("gpu_count")
-        name = _text(row.get("gpu_name"))
-        try:
-            n = int(count) if count is not None and not pd.isna(count) else 1
-        except (TypeError, ValueError):
-            n = 1
-        return name if n <= 1 else f"{n}× {name}"
+        return _gpu_label(row) or "?"
+    if by == "precision":
+        return _precision_label(row) or "?"
     params = params_label(row.get("engine_params"))
     head = f"{_text(row.get('framework'))} · {_text(row.get('model'))}"
     return f"{head} · {params}" if params else head
+
+
+def _known(value: Any) -> Any:
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return None if isinstance(value, str) and not value else value
+
+
+def _gpu_label(row: Mapping[str, Any]) -> str | None:
+    """``H100``, ``2× H100`` (``4× ?`` when only the count is known); None when neither is."""
+    name, count = _known(row.get("gpu_name")), _known(row.get("gpu_count"))
+    try:
+        n = int(count) if count is not None else None
+    except (TypeError, ValueError):
+        n = None
+    if name is None and n is None:
+        return None
+    shown = str(name) if name is not None else "?"
+    return shown if n is None or n <= 1 else f"{n}× {shown}"
+
+
+def _precision_label(row: Mapping[str, Any]) -> str | None:
+    return precision_label(_known(row.get("precision")), _known(row.get("kv_cache_dtype")))
 
 
 def load_of(row: Mapping[str, Any]) -> tuple[float | None, str]:
@@ -339,3 +362,99 @@ def compare_samples(
     for col in ("percentile", "baseline", "candidate", "diff", "diff_pct", "low", "high"):
         df[col] = pd.to_numeric(df[col]).astype("float64")
     return df
+
+
+# --- fair-comparison warnings ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DimensionValue:
+    """One value of a dimension among the runs compared, and the runs holding it."""
+
+    value: str  # "unknown" for the runs that do not say
+    runs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ComparisonWarning:
+    """The runs compared differ in ``dimension`` (``model``, ``precision``, ``max output
+    tokens``, ``workload`` or ``GPU``): ``values`` lists each distinct value with its runs."""
+
+    dimension: str
+    values: tuple[DimensionValue, ...]
+    message: str
+
+
+def _max_tokens_label(row: Mapping[str, Any]) -> str | None:
+    value = _known(row.get("max_output_tokens"))
+    if value is None:
+        return None
+    try:
+        return f"{int(value):,}"
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _plain(column: str) -> Any:
+    def label(row: Mapping[str, Any]) -> str | None:
+        value = _known(row.get(column))
+        return None if value is None else str(value)
+
+    return label
+
+
+#: What a fair comparison holds equal: dimension → the label of a run's value (None: unknown).
+#: Framework and engine parameters are what the user compares, so they are not here.
+FAIRNESS_DIMENSIONS: Final = (
+    ("model", _plain("model")),
+    ("precision", _precision_label),
+    ("max output tokens", _max_tokens_label),
+    ("workload", _plain("workload")),
+    ("GPU", _gpu_label),
+)
+
+
+def _runs_word(n: int) -> str:
+    return f"{n} run" if n == 1 else f"{n} runs"
+
+
+def comparison_warnings(runs: pd.DataFrame) -> list[ComparisonWarning]:
+    """The ways the runs of ``runs`` (one row per run: run_id, model, precision,
+    kv_cache_dtype, max_output_tokens, workload, gpu_name, gpu_count — absent columns are
+    unknown) differ in what a fair comparison holds equal, in :data:`FAIRNESS_DIMENSIONS` order.
+
+    A dimension warns when two known values differ, or when one value is known for some runs
+    and the others do not say ("precision unknown for 2 of 3 runs"); runs that all do not say,
+    or all agree, do not warn. Values are listed in order of first appearance.
+    """
+    if runs.empty:
+        return []
+    records = [{str(k): v for k, v in r.items()} for r in runs.to_dict("records")]
+    ids = [str(r.get("run_id", i)) for i, r in enumerate(records)]
+    out: list[ComparisonWarning] = []
+    for dimension, label in FAIRNESS_DIMENSIONS:
+        groups: dict[str, list[str]] = {}
+        unknown: list[str] = []
+        for rid, rec in zip(ids, records, strict=True):
+            value = label(rec)
+            if value is None:
+                unknown.append(rid)
+            else:
+                groups.setdefault(value, []).append(rid)
+        if not groups or (len(groups) == 1 and not unknown):
+            continue
+        values = [DimensionValue(v, tuple(r)) for v, r in groups.items()]
+        known = ", ".join(f"{v.value} ({_runs_word(len(v.runs))})" for v in values)
+        if len(groups) == 1:
+            message = (
+                f"{dimension} unknown for {len(unknown)} of {len(ids)} runs "
+                f"(the others: {values[0].value})"
+            )
+        else:
+            message = f"{dimension} differs: {known}"
+            if unknown:
+                message += f"; unknown for {_runs_word(len(unknown))}"
+        if unknown:
+            values.append(DimensionValue("unknown", tuple(unknown)))
+        out.append(ComparisonWarning(dimension, tuple(values), message[:1].upper() + message[1:]))
+    return out

@@ -43,6 +43,7 @@ if rows is None or profile is None:
     st.stop()
 
 st.caption(display.md_escape(profile.description or profile.name))
+panels.show_comparison_warnings(view)
 panels.show_aggregates_only(view)
 if view.any_client_bound:
     st.warning(

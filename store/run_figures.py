@@ -302,7 +302,8 @@ def run_itl_summary(store: Store, run_id: str) -> pd.DataFrame:
 
 
 _RUN_COLUMNS: Final = (
-    "run_id, name, source, framework, framework_version, model, gpu_name, gpu_count, endpoint, "
+    "run_id, name, source, framework, framework_version, model, precision, kv_cache_dtype, "
+    "gpu_name, gpu_count, endpoint, "
     "api, host, workload, arrival, target_rate, burstiness, concurrency, sweep_id, started_at, "
     "ended_at, duration_s, status, client_bound, client_bound_reason, achieved_rate, "
     "output_tokens_estimated, engine_params, client_params, notes, tags, created_at"

@@ -28,6 +28,8 @@ LIST_COLUMNS: Final = (
     "framework",
     "framework_version",
     "model",
+    "precision",
+    "kv_cache_dtype",
     "gpu_name",
     "gpu_count",
     "workload",
@@ -355,7 +357,9 @@ def run_aggregates(store: Store, run_ids: Sequence[str]) -> pd.DataFrame:
     gpu_count, workload, arrival, target_rate, concurrency, engine_params (JSON text), sweep_id,
     started_at, status, client_bound, client_bound_reason, achieved_rate), tool_summary (decoded
     dict or None), aggregates_only (bool); requests, ok, errors (every non-ok request), timeouts,
-    error_rate, timeout_rate, input_tokens and output_tokens (successful requests), duration_s,
+    max_output_tokens (the client's cap on output tokens where the run records one:
+    :func:`max_output_tokens`; NULL otherwise); error_rate, timeout_rate, input_tokens and
+    output_tokens (successful requests), duration_s,
     request_throughput, output_throughput, total_token_throughput, output_throughput_per_gpu;
     for ttft/tpot/e2e/lag/itl: ``*_n``, ``*_mean_ms``, ``*_p50_ms``, ``*_p90_ms``, ``*_p95_ms``,
     ``*_p99_ms`` (successful requests; lag: every request; itl: pooled token gaps). The figures
@@ -375,11 +379,50 @@ def run_aggregates(store: Store, run_ids: Sequence[str]) -> pd.DataFrame:
     df["tool_summary"] = pd.Series(
         [json_object(v) for v in df["tool_summary"].tolist()], index=df.index, dtype=object
     )
+    caps = _max_output_tokens(store, ids)
+    df["max_output_tokens"] = pd.array([caps.get(str(r)) for r in df["run_id"]], dtype="Int64")
     order = {rid: i for i, rid in enumerate(ids)}
     df = df.sort_values("run_id", key=lambda s: s.map(order)).reset_index(drop=True)
     for col in ("gpu_count", "concurrency", "target_rate"):
         df[col] = pd.to_numeric(df[col]).astype("float64")  # NULL stays NaN (unknown)
     return coerce(df, ints=_INTS, bools=("client_bound",))
+
+
+#: client_params keys naming the client's cap on output tokens of every request, in order:
+#: ``servescope bench --max-tokens``, SGLang bench_serving's ``--sharegpt-output-len`` and, for
+#: its random dataset, ``--random-output-len``.
+_MAX_TOKEN_KEYS: Final = ("max_tokens", "max_output_tokens", "sharegpt_output_len")
+
+
+def max_output_tokens(client_params: Any) -> int | None:
+    """The output-token cap a run's ``client_params`` (JSON text or dict) records, or None
+    (the workload's own lengths, or a tool that does not say)."""
+    params = json_object(client_params)
+    if params is None:
+        return None
+    keys = list(_MAX_TOKEN_KEYS)
+    if params.get("dataset_name") == "random":
+        keys.append("random_output_len")
+    for key in keys:
+        value = params.get(key)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        if value == value and value > 0:  # not NaN, a cap
+            return int(value)
+    return None
+
+
+def _max_output_tokens(store: Store, ids: Sequence[str]) -> dict[str, int]:
+    runs = schema.runs
+    df = store.read_df(
+        sa.select(runs.c.run_id, runs.c.client_params).where(runs.c.run_id.in_(list(ids)))
+    )
+    out = {}
+    for rid, params in zip(df["run_id"], df["client_params"], strict=True):
+        cap = max_output_tokens(params)
+        if cap is not None:
+            out[str(rid)] = cap
+    return out
 
 
 _INTS: Final = (

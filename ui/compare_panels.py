@@ -204,6 +204,19 @@ def want_distributions(view: CompareView) -> bool:
     return on
 
 
+def show_comparison_warnings(view: CompareView) -> None:
+    """One warning listing how the selected runs differ in what a fair comparison holds equal
+    (model, precision, output-token cap, workload, GPU); nothing when they agree."""
+    if not view.warnings:
+        return
+    lines = "\n".join(f"- {display.md_escape(w.message)}" for w in view.warnings)
+    st.warning(
+        "Not a like-for-like comparison — the runs differ in more than what you compare:\n\n"
+        + lines,
+        icon=":material/balance:",
+    )
+
+
 def show_aggregates_only(view: CompareView) -> None:
     """Say which runs hold only the tool's aggregates and what cannot be shown for them."""
     names = [display.run_label(r) for r in display.records(view.aggregates_only)]

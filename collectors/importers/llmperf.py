@@ -19,7 +19,7 @@ from . import validate
 from .base import Clock
 from .model import Document, ImportOptions, ParsedFile, ParsedRun
 from .parsing import Reader, scalars
-from .records import base_run, requests_frame, summary_entry
+from .records import base_run, precision_fields, requests_frame, summary_entry
 
 SUMMARY = "llmperf-summary"
 RESPONSES = "llmperf-responses"
@@ -143,6 +143,7 @@ def _run_fields(r: Reader, s: dict[str, Any]) -> dict[str, Any]:
     return {
         "model": r.text(s.get("model"), "model"),
         "framework": r.text(s.get("framework"), "framework"),
+        **precision_fields(s),
         "concurrency": conc,
         "arrival": "concurrency" if conc else None,
         "ended_at": ended,

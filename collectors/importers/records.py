@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from itertools import chain
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 import pandas as pd
 
 from analysis.metrics import requests_tpot_ms
+from analysis.precision import normalise_kv_cache_dtype, normalise_precision
 
 from .model import ImportOptions, Source
 
@@ -69,6 +70,43 @@ def base_run(
         # an end before the start is refused by validate.check_parsed, naming the run
         run.setdefault("duration_s", ended - started)
     return run
+
+
+#: Keys naming the weight precision, in the order they are believed: the quantisation method
+#: (vLLM and SGLang ``--quantization``), a ``precision`` the user wrote, then the weights'
+#: ``dtype`` (``auto`` says nothing and is skipped).
+PRECISION_KEYS: Final = ("quantization", "precision", "dtype")
+KV_CACHE_KEYS: Final = ("kv_cache_dtype",)
+
+
+def _flat_keys(obj: Mapping[str, Any]) -> dict[str, Any]:
+    return {str(k).strip().lstrip("-").replace("-", "_").lower(): v for k, v in obj.items()}
+
+
+def precision_fields(*objects: Any) -> dict[str, str]:
+    """``precision`` and ``kv_cache_dtype`` where a file names them, in the vocabulary of
+    ``analysis.precision``: the first of ``objects`` (mappings: a run's top level, where
+    ``vllm bench serve --metadata`` and llmperf's metadata keys land, then e.g. SGLang's
+    ``server_info`` server arguments) with a recognised value. A value outside the vocabulary
+    (or ``auto`` weights) is not guessed at: the field stays unset (NULL)."""
+    out: dict[str, str] = {}
+    for obj in objects:
+        if not isinstance(obj, Mapping):
+            continue
+        flat = _flat_keys(obj)
+        if "precision" not in out:
+            for key in PRECISION_KEYS:
+                found = normalise_precision(flat.get(key))
+                if found is not None:
+                    out["precision"] = found
+                    break
+        if "kv_cache_dtype" not in out:
+            for key in KV_CACHE_KEYS:
+                found = normalise_kv_cache_dtype(flat.get(key))
+                if found is not None:
+                    out["kv_cache_dtype"] = found
+                    break
+    return out
 
 
 def _column(values: Sequence[Any] | np.ndarray | None, n: int, dtype: str) -> Any:

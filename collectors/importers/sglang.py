@@ -16,7 +16,14 @@ from . import validate
 from .base import Clock
 from .model import Document, ImportOptions, ParsedFile, ParsedRun
 from .parsing import Reader, scalars
-from .records import base_run, gap_sums, gaps_frame_from_arrays, requests_frame, summary_entry
+from .records import (
+    base_run,
+    gap_sums,
+    gaps_frame_from_arrays,
+    precision_fields,
+    requests_frame,
+    summary_entry,
+)
 
 NAME = "sglang-bench"
 PER_REQUEST_KEYS = ("input_lens", "output_lens", "ttfts", "itls", "generated_texts", "errors")
@@ -113,6 +120,7 @@ def _parse_run(
         run_count=count,
         clock=clock,
         framework="sglang" if backend in ("sglang", "sglang-native", "sglang-oai") else None,
+        **precision_fields(o, o.get("server_info")),
         arrival=("poisson" if finite_rate is not None else ("concurrency" if max_conc else None)),
         target_rate=finite_rate,
         concurrency=max_conc,

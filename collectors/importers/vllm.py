@@ -24,6 +24,7 @@ from .records import (
     base_run,
     gap_sums,
     gaps_frame_from_arrays,
+    precision_fields,
     requests_frame,
     summary_entry,
 )
@@ -174,6 +175,7 @@ def _parse_run(
         clock=clock,
         framework=backend if backend in FRAMEWORK_BACKENDS else None,
         model=r.text(o.get("model_id"), where + "model_id"),
+        **precision_fields(o),
         arrival=arrival,
         target_rate=finite_rate,
         burstiness=burstiness,

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from analysis.precision import check_kv_cache_dtype, check_precision
 from collectors.loadgen.arrivals import ARRIVALS
 from collectors.redact import redact
 from errors import InputError
@@ -187,6 +188,9 @@ class BenchConfig:
     ignore_eos: bool = False
     slo: str | None = None
     framework: str | None = None
+    #: weight precision / quantisation and KV-cache dtype (``analysis.precision`` vocabulary)
+    precision: str | None = None
+    kv_cache_dtype: str | None = None
     engine_params: Mapping[str, Any] = field(default_factory=dict)
     name: str | None = None
     seed: int = 0
@@ -276,6 +280,8 @@ class BenchConfig:
             raise InputError(f"transport {self.transport!r} unknown; choose one of: {TRANSPORTS}")
         return replace(
             self,
+            precision=check_precision(self.precision),
+            kv_cache_dtype=check_kv_cache_dtype(self.kv_cache_dtype),
             concurrency=concurrency,
             concurrency_requested=requested,
             engine_params=normalise_engine_params(dict(self.engine_params)),

@@ -31,6 +31,7 @@ from typing import Any
 
 import httpx
 
+from collectors.endpoint_identity import OWNED_BY, EndpointIdentity, identify
 from collectors.loadgen.client import (
     HttpxEndpoint,
     auth_hint,
@@ -58,14 +59,8 @@ from errors import STOP_SIGNALS, CollectorError, EndpointError, InputError
 from store import catalog, ingest
 from store.db import Store
 
-#: ``owned_by`` of /v1/models → framework label, where it is unambiguous.
-OWNED_BY_FRAMEWORK = {
-    "servescope-sim": "sim",
-    "servescope-mock": "mock",
-    "vllm": "vllm",
-    "sglang": "sglang",
-    "llamacpp": "llama.cpp",
-}
+#: How long bench waits for the endpoint to say who it is before calling it unknown.
+IDENTIFY_TIMEOUT_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -196,6 +191,10 @@ class Prepared:
     endpoint_public: str
     api_key: str | None
     metrics_urls: tuple[str, ...] = ()
+    framework_version: str | None = None
+    #: the route that named the framework (``EndpointIdentity.source``), and what it named
+    identity_source: str | None = None
+    identity_framework: str | None = None
 
 
 def public_endpoint(endpoint: str) -> str:
@@ -328,7 +327,7 @@ def prepare(
     if cfg.slo:
         catalog.get(store, "slo_profiles", cfg.slo)
 
-    async def go() -> tuple[str, str | None, Calibration]:
+    async def go() -> tuple[str, str | None, EndpointIdentity, Calibration]:
         ep = HttpxEndpoint(
             cfg.endpoint,
             api=cfg.api,
@@ -338,19 +337,23 @@ def prepare(
         )
         try:
             model, owned_by = await _discover(ep, cfg)
+            identity = await _identify(ep)
             cal = DEFAULT_CALIBRATION
             if workload is not None and cfg.calibrate:
                 cal = await _probe(ep, cfg, model)
-            return model, owned_by, cal
+            return model, owned_by, identity, cal
         finally:
             await ep.aclose()
 
-    model, owned_by, cal = asyncio.run(go())
+    model, owned_by, identity, cal = asyncio.run(go())
     metrics_urls = _live_metrics_urls(cfg, transport)
-    framework = cfg.framework or OWNED_BY_FRAMEWORK.get((owned_by or "").lower(), "unknown")
+    framework, version = resolve_framework(cfg.framework, identity, owned_by)
     return Prepared(
         model=model,
         framework=framework,
+        framework_version=version,
+        identity_source=identity.source,
+        identity_framework=identity.framework,
         calibration=cal,
         workload=workload,
         dataset=dataset,
@@ -358,6 +361,30 @@ def prepare(
         api_key=api_key,
         metrics_urls=metrics_urls,
     )
+
+
+async def _identify(ep: HttpxEndpoint) -> EndpointIdentity:
+    """Who the endpoint says it is (``collectors.endpoint_identity``), through the endpoint's
+    own client (its transport and credentials); unknown when it will not say in time."""
+    try:
+        async with asyncio.timeout(IDENTIFY_TIMEOUT_S):
+            return await identify(ep.client, ep.base)
+    except (EndpointError, httpx.HTTPError, TimeoutError, ValueError):
+        return EndpointIdentity(None, None, None)
+
+
+def resolve_framework(
+    given: str | None, identity: EndpointIdentity, owned_by: str | None = None
+) -> tuple[str, str | None]:
+    """(framework, framework_version) of the runs: ``--framework`` when given (its version only
+    when the endpoint names the same framework), else the endpoint's identity, else the owner
+    of the chosen model in ``/v1/models``, else ``unknown``."""
+    if given:
+        same = identity.framework is not None and identity.framework.lower() == given.lower()
+        return given, identity.version if same else None
+    if identity.framework:
+        return identity.framework, identity.version
+    return OWNED_BY.get((owned_by or "").lower(), "unknown"), None
 
 
 def _live_metrics_urls(
@@ -440,6 +467,8 @@ def _client_params(
         "timeout_s": cfg.timeout_s,
         "transport": cfg.transport,
         "auth": bool(prep.api_key),
+        "identity_source": prep.identity_source,
+        "identity_framework": prep.identity_framework,
         "calibration": {
             "tokens_per_word": round(prep.calibration.tokens_per_word, 4),
             "overhead_tokens": round(prep.calibration.overhead, 2),
@@ -457,7 +486,10 @@ def _base_run(
         "name": f"{label} {level.label}",
         "source": "servescope",
         "framework": prep.framework,
+        "framework_version": prep.framework_version,
         "model": prep.model,
+        "precision": cfg.precision,
+        "kv_cache_dtype": cfg.kv_cache_dtype,
         "gpu_name": cfg.gpu_name,
         "gpu_count": cfg.gpu_count,
         "endpoint": prep.endpoint_public,

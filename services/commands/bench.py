@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from analysis.precision import KV_CACHE_DTYPES, WEIGHT_PRECISIONS
 from collectors.loadgen.arrivals import ARRIVALS
 from collectors.loadgen.config import (
     APIS,
@@ -133,7 +134,18 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     p.add_argument(
         "--framework",
         metavar="NAME",
-        help="framework label (default: from /v1/models, else unknown)",
+        help="framework label (default: what the endpoint says it is, else unknown)",
+    )
+    p.add_argument(
+        "--precision",
+        metavar="P",
+        help="weight precision or quantisation the engine serves, recorded on every run: "
+        f"{', '.join(WEIGHT_PRECISIONS)}, or any gguf-<type>",
+    )
+    p.add_argument(
+        "--kv-cache-dtype",
+        metavar="D",
+        help=f"KV-cache dtype the engine uses, recorded on every run: {', '.join(KV_CACHE_DTYPES)}",
     )
     p.add_argument(
         "--engine-param",
@@ -231,6 +243,8 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         ignore_eos=args.ignore_eos,
         slo=args.slo,
         framework=args.framework,
+        precision=getattr(args, "precision", None),
+        kv_cache_dtype=getattr(args, "kv_cache_dtype", None),
         engine_params=normalise_engine_params(args.engine_param),
         name=args.name,
         seed=args.seed,

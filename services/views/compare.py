@@ -128,6 +128,8 @@ class CompareView:
     aggregate-only runs, plus ttft_met, met, goodput, attainment, verdicts, passed,
     worst_ratio, series, load, load_kind and, under a memory cap, mem_peak_fraction and
     gpu_samples); None when no runs or no valid profile are chosen, or ``problem`` is set.
+    ``warnings``: how the selected runs differ in what a fair comparison holds equal (model,
+    precision, output-token cap, workload, GPU; ``analysis.compare.comparison_warnings``).
     ``samples`` (run_id, metric, value) and ``diffs`` (``analysis.compare.compare_samples``)
     are None unless the sampled views are on (``diffs`` also needs two different runs).
     """
@@ -145,6 +147,7 @@ class CompareView:
     per_request: tuple[str, ...] = ()
     samples: pd.DataFrame | None = None
     diffs: pd.DataFrame | None = None
+    warnings: tuple[compare.ComparisonWarning, ...] = ()
 
     @property
     def aggregates_only(self) -> pd.DataFrame:
@@ -188,15 +191,20 @@ def compare_view(store: Store, selection: CompareSelection) -> CompareView:
     if not resolved.runs:
         return view
     try:
-        rows = _read_rows(store, resolved.runs, profile, resolved.by)
+        rows = read_rows(store, resolved.runs, profile, resolved.by)
     except InputError as exc:  # e.g. more runs than one read compares: the page says so
         return replace(view, problem=exc)
-    return _with_samples(store, replace(view, rows=rows, capacity=capacity(rows)))
+    warnings = tuple(compare.comparison_warnings(rows))
+    return _with_samples(
+        store, replace(view, rows=rows, capacity=capacity(rows), warnings=warnings)
+    )
 
 
-def _read_rows(
+def read_rows(
     store: Store, run_ids: Sequence[str], profile: slo.SloProfile, by: str
 ) -> pd.DataFrame:
+    """The runs' rows as Compare shows them (:func:`per_run`): figures, SLO attainment and
+    verdicts under ``profile``, series by ``by`` (the Select page's SLO capacity reads them too)."""
     aggregates = runs_table.run_aggregates(store, run_ids)
     attainment = request_stats.slo_attainment(store, run_ids, profile.sql_thresholds())
     # the memory cap is judged on each run's GPU samples (peak used / total)

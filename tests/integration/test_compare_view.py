@@ -228,3 +228,51 @@ def test_selection_from_url_parameters() -> None:
         runs=("a", "b"), slo="code-completion", by="model", baseline="b"
     )
     assert CompareSelection.from_params({"by": "colour"}) == CompareSelection()
+
+
+def test_fair_comparison_warnings_for_differing_runs_only(store: Store) -> None:
+    # c1, c8 and c32 share model, workload (none recorded), GPU count and precision (none)
+    view = compare_view(store, CompareSelection(runs=("c1", "c8", "c32"), distributions=False))
+    assert view.warnings == ()
+    _add(
+        store,
+        "fp8",
+        1_700_000_300.0,
+        10,
+        0,
+        concurrency=8,
+        model="other",
+        precision="fp8",
+        kv_cache_dtype="fp8",
+        client_params={"max_tokens": 64},
+    )
+    ingest.update_run(store, "c1", client_params={"max_tokens": 128})
+    view = compare_view(
+        store, CompareSelection(runs=("c1", "c8", "fp8"), by="precision", distributions=False)
+    )
+    assert [w.dimension for w in view.warnings] == ["model", "precision", "max output tokens"]
+    model, precision, tokens = view.warnings
+    assert [(v.value, v.runs) for v in model.values] == [("m", ("c1", "c8")), ("other", ("fp8",))]
+    assert precision.message == "Precision unknown for 2 of 3 runs (the others: fp8 · fp8-kv)"
+    assert [(v.value, v.runs) for v in tokens.values] == [
+        ("128", ("c1",)),
+        ("64", ("fp8",)),
+        ("unknown", ("c8",)),
+    ]
+    assert view.rows is not None
+    assert view.rows.set_index("run_id").loc["fp8", "series"] == "fp8 · fp8-kv"
+    assert view.rows.set_index("run_id").loc["c1", "series"] == "?"
+
+
+def test_run_aggregates_carry_precision_and_the_output_cap(store: Store) -> None:
+    ingest.update_run(store, "c8", precision="w4a16", kv_cache_dtype="auto")
+    ingest.update_run(
+        store, "c32", client_params={"dataset_name": "random", "random_output_len": 512}
+    )
+    agg = runs_table.run_aggregates(store, ["c1", "c8", "c32"]).set_index("run_id")
+    assert agg.loc["c8", "precision"] == "w4a16" and agg.loc["c8", "kv_cache_dtype"] == "auto"
+    assert agg["precision"].isna().tolist() == [True, False, True]
+    assert agg.loc["c32", "max_output_tokens"] == 512
+    assert agg["max_output_tokens"].isna().tolist() == [True, True, False]
+    listed = runs_table.list_runs(store, limit=None)
+    assert {"precision", "kv_cache_dtype"} <= set(listed.columns)

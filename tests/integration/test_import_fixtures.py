@@ -343,3 +343,43 @@ def test_guidellm_v081_crosscheck_ours_vs_the_tools(store: Store, fixtures_dir: 
     assert not bool(itl_vs_tpot["differs"])
     assert itl_vs_tpot["reason"] == "same definition as our TPOT"
     assert not bool(pick("ttft_ms", "mean", "ttft_ms")["differs"])
+
+
+def test_no_fixture_names_a_precision_so_none_is_guessed(store: Store, fixtures_dir: Path) -> None:
+    # none of the fixtures carries a quantization, precision, dtype or kv_cache_dtype key (the
+    # .prom files' vllm:cache_config_info is engine metrics, not an imported run)
+    import_paths(store, [fixtures_dir])
+    runs = runs_table.list_runs(store, limit=None)
+    assert len(runs) > 10
+    assert runs["precision"].isna().all() and runs["kv_cache_dtype"].isna().all()
+
+
+def test_precision_where_the_file_says_so(store: Store, fixtures_dir: Path, tmp_path: Path) -> None:
+    # vllm bench serve --metadata quantization=fp8 kv_cache_dtype=fp8_e4m3: merged at top level
+    vllm = json.loads((fixtures_dir / "vllm" / "legacy_aggregates.json").read_text())
+    (tmp_path / "vllm.json").write_text(
+        json.dumps({**vllm, "quantization": "fp8", "kv_cache_dtype": "fp8_e4m3"})
+    )
+    # SGLang bench_serving's server_info (the server's arguments): awq weights, auto KV cache
+    line = (fixtures_dir / "sglang" / "output_details.jsonl").read_text().splitlines()[0]
+    obj = json.loads(line)
+    obj["server_info"] = {"quantization": "awq_marlin", "kv_cache_dtype": "auto", "dtype": "auto"}
+    (tmp_path / "sglang.jsonl").write_text(json.dumps(obj) + "\n")
+    # llmperf --metadata: a dtype only; an unknown quantisation is not guessed at
+    summary = json.loads((fixtures_dir / "llmperf" / "groq_70b_summary.json").read_text())
+    (tmp_path / "a_summary.json").write_text(json.dumps({**summary, "dtype": "bfloat16"}))
+    (tmp_path / "b_summary.json").write_text(
+        json.dumps({**summary, "timestamp": summary["timestamp"] + 1, "quantization": "q9"})
+    )
+    reports = import_paths(store, [tmp_path])
+    assert [r.error for r in reports if r.error] == []
+    got = {
+        Path(str(r["source_file"])).name: tuple(
+            None if pd.isna(r[c]) else r[c] for c in ("precision", "kv_cache_dtype")
+        )
+        for r in runs_table.list_runs(store, limit=None).to_dict("records")
+    }
+    assert got["vllm.json"] == ("fp8", "fp8_e4m3")
+    assert got["sglang.jsonl"] == ("awq", "auto")
+    assert got["a_summary.json"] == ("bf16", None)
+    assert got["b_summary.json"] == (None, None)

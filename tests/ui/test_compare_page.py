@@ -290,3 +290,51 @@ def test_sampled_views_start_on_when_prepared(
     _ok(at)
     assert at.toggle(key="compare_distributions").value is True
     assert _tables(at, "compare_diff_table")
+
+
+def _fairness(at: AppTest) -> list[str]:
+    return [w.value for w in at.warning if "like-for-like" in w.value]
+
+
+def test_fair_comparison_warning_lists_each_difference_escaped(seeded_url: str) -> None:
+    store = open_store(seeded_url)
+    try:
+        ingest.add_run(
+            store,
+            {
+                "run_id": "run-fp8",
+                "name": "fp8 run",
+                "source": "servescope",
+                "framework": "vllm",
+                "model": "qwen <b>*2*</b>",
+                "precision": "fp8",
+                "kv_cache_dtype": "fp8",
+                "gpu_name": "H100-SXM-80GB",
+                "gpu_count": 2,
+                "workload": "mixed",
+                "arrival": "concurrency",
+                "concurrency": 8,
+                "started_at": 1_700_000_100.0,
+            },
+        )
+    finally:
+        store.dispose()
+    at = _run(runs="run-sim,run-fp8")
+    _ok(at)
+    [warning] = _fairness(at)
+    lines = warning.split("\n")
+    # one line per difference, in the order model, precision; framework never warns
+    items = [line for line in lines if line.startswith("- ")]
+    assert len(items) == 2
+    assert items[0].startswith("- Model differs\\:")
+    assert items[1].startswith("- Precision unknown for 1 of 2 runs \\(the others\\: fp8")
+    assert "qwen \\<b\\>\\*2\\*\\<\\/b\\>" in warning  # Markdown and HTML made inert
+    assert "fp8 · fp8\\-kv" in warning
+    assert "framework" not in warning.lower()
+    assert _tables(at, "compare_runs_table")  # the comparison is still shown
+
+
+def test_matching_runs_show_no_fair_comparison_warning(seeded_url: str) -> None:
+    at = _run(runs="run-sim")
+    _ok(at)
+    assert _fairness(at) == []

@@ -128,3 +128,109 @@ def test_compare_samples_table() -> None:
     assert (df["diff"] == 0).all()
     # identical constant samples: interval [0, 0] → no significant change
     assert df["verdict"].iloc[2] == "no significant change"
+
+
+# --- precision grouping and fair-comparison warnings -------------------------------------------
+
+
+def test_precision_grouping_labels_weights_and_kv_cache() -> None:
+    row = {"precision": "fp8", "kv_cache_dtype": "fp8"}
+    assert compare.series_label(row, "precision") == "fp8 · fp8-kv"
+    assert compare.series_label({"precision": "bf16"}, "precision") == "bf16"
+    assert compare.series_label({"kv_cache_dtype": "auto"}, "precision") == "? · auto-kv"
+    assert compare.series_label({"precision": None, "kv_cache_dtype": np.nan}, "precision") == "?"
+    assert "precision" in compare.GROUPINGS
+
+
+def _fair(**cols: list[Any]) -> pd.DataFrame:
+    n = len(next(iter(cols.values())))
+    base: dict[str, list[Any]] = {
+        "run_id": [f"r{i}" for i in range(n)],
+        "framework": ["sim"] * n,
+        "model": ["m"] * n,
+        "precision": ["bf16"] * n,
+        "kv_cache_dtype": ["auto"] * n,
+        "max_output_tokens": [256] * n,
+        "workload": ["mixed"] * n,
+        "gpu_name": ["H100"] * n,
+        "gpu_count": [1.0] * n,
+        "engine_params": [None] * n,
+    }
+    base.update(cols)
+    return pd.DataFrame(base)
+
+
+def test_matching_runs_do_not_warn_whatever_their_framework_and_engine_params() -> None:
+    runs = _fair(
+        framework=["sim", "vllm", "sglang"],
+        engine_params=['{"max_batch_size": 8}', '{"max_batch_size": 64}', None],
+    )
+    assert compare.comparison_warnings(runs) == []
+    assert compare.comparison_warnings(runs.iloc[:0]) == []
+
+
+def test_each_differing_dimension_warns_with_its_values_and_runs() -> None:
+    runs = _fair(
+        model=["llama", "llama", "qwen"],
+        precision=["fp8", "bf16", "bf16"],
+        kv_cache_dtype=["fp8", "auto", "auto"],
+        max_output_tokens=[256, 128, 256],
+        workload=["mixed", "mixed", "short-in-short-out"],
+        gpu_name=["H100", "H100", "H100"],
+        gpu_count=[1.0, 2.0, 1.0],
+    )
+    found = compare.comparison_warnings(runs)
+    assert [w.dimension for w in found] == [
+        "model",
+        "precision",
+        "max output tokens",
+        "workload",
+        "GPU",
+    ]
+    model, precision, tokens, workload, gpu = found
+    assert [(v.value, v.runs) for v in model.values] == [
+        ("llama", ("r0", "r1")),
+        ("qwen", ("r2",)),
+    ]
+    assert model.message == "Model differs: llama (2 runs), qwen (1 run)"
+    assert [(v.value, v.runs) for v in precision.values] == [
+        ("fp8 · fp8-kv", ("r0",)),
+        ("bf16 · auto-kv", ("r1", "r2")),
+    ]
+    assert tokens.message == "Max output tokens differs: 256 (2 runs), 128 (1 run)"
+    assert [v.value for v in workload.values] == ["mixed", "short-in-short-out"]
+    assert gpu.message == "GPU differs: H100 (2 runs), 2× H100 (1 run)"
+
+
+def test_the_kv_cache_dtype_alone_makes_precision_differ() -> None:
+    runs = _fair(kv_cache_dtype=["auto", "fp8"])
+    [w] = compare.comparison_warnings(runs)
+    assert w.dimension == "precision"
+    assert w.message == "Precision differs: bf16 · auto-kv (1 run), bf16 · fp8-kv (1 run)"
+
+
+def test_unknown_values_warn_only_beside_known_ones() -> None:
+    # precision unknown for 2 of 3 runs, the third's known: warn, naming the unknown share
+    runs = _fair(precision=["fp8", None, None], kv_cache_dtype=[None, None, np.nan])
+    [w] = compare.comparison_warnings(runs)
+    assert w.message == "Precision unknown for 2 of 3 runs (the others: fp8)"
+    assert [(v.value, v.runs) for v in w.values] == [("fp8", ("r0",)), ("unknown", ("r1", "r2"))]
+    # unknown everywhere: nothing to say
+    runs = _fair(
+        precision=[None] * 3,
+        kv_cache_dtype=[None] * 3,
+        max_output_tokens=[None, pd.NA, np.nan],
+        gpu_name=[None] * 3,
+        gpu_count=[np.nan] * 3,
+    )
+    assert compare.comparison_warnings(runs) == []
+    # two known values differ and one run does not say
+    runs = _fair(model=["a", "b", None])
+    [w] = compare.comparison_warnings(runs)
+    assert w.message == "Model differs: a (1 run), b (1 run); unknown for 1 run"
+    assert w.values[-1] == compare.DimensionValue("unknown", ("r2",))
+
+
+def test_absent_columns_are_unknown() -> None:
+    runs = pd.DataFrame({"run_id": ["a", "b"], "model": ["m", "m"]})
+    assert compare.comparison_warnings(runs) == []
