@@ -14,6 +14,10 @@ Prompt tokens are counted without a tokenizer as ceil(UTF-8 bytes / 4) of the re
 list of token ids counts one token per id. Prefix caching hashes block-aligned prefixes of those
 bytes, so prompts that share a leading text share cached blocks.
 
+Answers: a greedy (``temperature: 0``) or seeded request is deterministic — its length and text
+are drawn from a generator seeded by the prompt (and the seed) — and ``stop`` (a string or up to
+four) cuts the text right before the first stop string, with finish_reason ``stop``.
+
 Python API for tests and the demo: :func:`start_in_thread` (a handle with ``.url`` and
 ``.stop()``, also a context manager) and :func:`serve` (an async context manager).
 """
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import random
 import threading
@@ -84,6 +89,7 @@ class _Stream:
         "done",
         "include_usage",
         "offset",
+        "pieces",
         "prefix",
         "req",
         "rid",
@@ -104,6 +110,7 @@ class _Stream:
         include_usage: bool,
         offset: int,
         rid: str,
+        pieces: list[str] | None = None,
     ) -> None:
         self.server = server
         self.conn = conn
@@ -112,6 +119,9 @@ class _Stream:
         self.include_usage = include_usage
         self.offset = offset
         self.rid = rid
+        #: this request's own token texts (an answer cut at a stop string), else None: the
+        #: server's token stream from ``offset``
+        self.pieces = pieces
         self.created = int(time.time())
         self.done = False
         self.req: SimRequest | None = None
@@ -143,8 +153,11 @@ class _Stream:
         if not self.stream or conn.closed:
             return
         k = req.num_generated - 1
-        toks = self.server.tokens_json
-        tok = toks[(self.offset + k) % len(toks)]
+        if self.pieces is not None:
+            tok = json.dumps(self.pieces[k])[1:-1].encode()
+        else:
+            toks = self.server.tokens_json
+            tok = toks[(self.offset + k) % len(toks)]
         out = conn.out
         if k == 0 and self.role_chunk:
             out.append(self.role_chunk)
@@ -182,8 +195,9 @@ class _Stream:
                 conn.out.append(b"data: " + data + b"\n\n")
             conn.out.append(b"data: [DONE]\n\n")
         else:
-            toks = self.server.tokens
-            text = "".join(toks[(self.offset + k) % len(toks)] for k in range(req.num_generated))
+            toks = self.pieces or self.server.tokens
+            offset = 0 if self.pieces is not None else self.offset
+            text = "".join(toks[(offset + k) % len(toks)] for k in range(req.num_generated))
             choice: dict[str, Any]
             if self.chat:
                 choice = {
@@ -537,15 +551,21 @@ class SimServer:
         if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
             raise _HttpError(400, f"max_tokens must be a positive integer, got {max_tokens!r}")
         ignore_eos = bool(payload.get("ignore_eos", False))
+        stops = _stop_strings(payload.get("stop"))
         why = self.sched.check_fits(prompt_len, max_tokens)
         if why:
             raise _HttpError(400, why)
-        out_len, reason = draw_output_len(self.rng, max_tokens, ignore_eos)
+        rng = self._request_rng(payload, prompt_bytes, chat)
+        out_len, reason = draw_output_len(rng, max_tokens, ignore_eos)
         min_tokens = payload.get("min_tokens")
         if isinstance(min_tokens, int) and out_len < min(min_tokens, max_tokens):
             out_len, reason = min(min_tokens, max_tokens), "length"
             if out_len < max_tokens:
                 reason = "stop"
+        offset = rng.randrange(len(self.tokens))
+        pieces = None
+        if stops:
+            pieces, out_len, reason = self._cut_at_stop(offset, out_len, reason, stops)
         stream = bool(payload.get("stream", False))
         opts = payload.get("stream_options") or {}
         include_usage = bool(isinstance(opts, dict) and opts.get("include_usage"))
@@ -557,8 +577,9 @@ class SimServer:
             chat=chat,
             stream=stream,
             include_usage=include_usage,
-            offset=self.rng.randrange(len(self.tokens)),
+            offset=offset,
             rid=rid,
+            pieces=pieces,
         )
         hashes = (
             prefix_block_hashes(prompt_bytes, cfg.block_size)
@@ -584,6 +605,41 @@ class SimServer:
             self._loop.call_later(delay, self._enqueue, req)
         else:
             self._enqueue(req)
+
+    def _request_rng(self, payload: dict[str, Any], prompt: bytes, chat: bool) -> random.Random:
+        """The randomness of one answer (its length and text): greedy (temperature 0) or seeded
+        requests draw from a generator seeded by the prompt (and the seed), so the same request
+        gives the same answer; the others from the server's own stream."""
+        seed = payload.get("seed")
+        seeded = isinstance(seed, int) and not isinstance(seed, bool)
+        if payload.get("temperature") != 0 and not seeded:
+            return self.rng
+        digest = hashlib.blake2b(prompt, digest_size=16)
+        digest.update(f"|{int(chat)}|{seed if seeded else ''}|{self.config.seed}".encode())
+        return random.Random(digest.digest())
+
+    def _cut_at_stop(
+        self, offset: int, out_len: int, reason: str, stops: list[str]
+    ) -> tuple[list[str] | None, int, str]:
+        """The answer cut right before its first stop string: (its token texts, the tokens
+        generated — up to the one where the stop string begins —, "stop"); unchanged (None, …)
+        when no stop string occurs."""
+        toks = self.tokens
+        pieces = [toks[(offset + k) % len(toks)] for k in range(out_len)]
+        text = "".join(pieces)
+        found = [i for i in (text.find(s) for s in stops) if i >= 0]
+        if not found:
+            return None, out_len, reason
+        cut = min(found)
+        kept: list[str] = []
+        at = 0
+        for piece in pieces:
+            if at + len(piece) > cut:
+                kept.append(piece[: cut - at])  # the token where the stop begins, cut there
+                break
+            kept.append(piece)
+            at += len(piece)
+        return kept, len(kept), "stop"
 
     def _enqueue(self, req: SimRequest) -> None:
         self.sched.add(req)
@@ -620,6 +676,19 @@ class SimServer:
             data = b"".join(int(t).to_bytes(4, "little", signed=True) for t in prompt)
             return data, len(prompt)
         raise _HttpError(400, "'prompt' must be a string, a list of one string or token ids")
+
+
+def _stop_strings(stop: Any) -> list[str]:
+    """``stop`` (a string, a list of strings, or null) as a list of its non-empty strings."""
+    if stop is None:
+        return []
+    if isinstance(stop, str):
+        stop = [stop]
+    if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+        raise _HttpError(400, "'stop' must be a string or a list of strings")
+    if len(stop) > 4:
+        raise _HttpError(400, "'stop' takes at most 4 strings")
+    return [s for s in stop if s]
 
 
 @contextlib.asynccontextmanager
