@@ -42,7 +42,20 @@ def _stop_as_interrupt(signum: int, frame: FrameType | None) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``servescope`` parser: every command's subparser, in the order ``--help`` lists them."""
-    from services.commands import bench, db, demo, export, imports, sim, ui, watch
+    from services.commands import (
+        bench,
+        checklist,
+        db,
+        demo,
+        export,
+        health,
+        imports,
+        quality,
+        sim,
+        ui,
+        verify,
+        watch,
+    )
 
     parser = argparse.ArgumentParser(
         prog="servescope",
@@ -58,6 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.register(sub)
     ui.register(sub)
     db.register(sub)
+    verify.register(sub)
+    quality.register(sub)
+    health.register(sub)
+    checklist.register(sub)
     return parser
 
 

@@ -99,6 +99,19 @@ def _checklist(conn: sa.Connection) -> None:
         schema.metadata.tables[name].create(conn, checkfirst=True)
 
 
+def _sweep_points(conn: sa.Connection) -> None:
+    columns = (
+        ("spec", "TEXT"),
+        ("mode", "TEXT"),
+        ("started_at", "DOUBLE PRECISION"),
+        ("ended_at", "DOUBLE PRECISION"),
+        ("host", "TEXT"),
+    )
+    for column, kind in columns:
+        conn.execute(sa.text(f"ALTER TABLE sweeps ADD COLUMN IF NOT EXISTS {column} {kind}"))
+    schema.sweep_points.create(conn, checkfirst=True)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     (1, "initial schema", _initial),
     (2, "gpu_samples.mem_reserved_bytes (NVML / DCGM reserved memory)", _gpu_reserved_memory),
@@ -110,6 +123,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         "quality and project health",
         _checklist,
     ),
+    (6, "sweeps.spec/mode/started_at/ended_at/host and sweep_points (Tune)", _sweep_points),
 )
 
 

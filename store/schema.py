@@ -170,8 +170,41 @@ sweeps = sa.Table(
     sa.Column("grid", sa.Text),  # JSON
     sa.Column("workload", sa.Text),
     sa.Column("slo", sa.Text),
-    sa.Column("status", sa.Text),
+    sa.Column("status", sa.Text),  # running | completed | interrupted | failed
     sa.Column("created_at", DOUBLE),
+    sa.Column("spec", sa.Text),  # JSON: the whole sweep spec as run (migration 6)
+    sa.Column("mode", sa.Text),  # grid | efficient (migration 6)
+    sa.Column("started_at", DOUBLE),  # migration 6
+    sa.Column("ended_at", DOUBLE),  # migration 6
+    sa.Column("host", sa.Text),  # migration 6
+)
+
+sweep_points = sa.Table(
+    "sweep_points",
+    metadata,
+    sa.Column("sweep_id", sa.Text, primary_key=True),
+    sa.Column("point_id", sa.Text, primary_key=True),  # stable: a hash of the params
+    sa.Column("repeat", sa.Integer, primary_key=True, autoincrement=False),  # 0, 1, …
+    sa.Column("params", sa.Text, nullable=False),  # JSON, normalised engine-parameter keys
+    # pending | running | completed | failed_to_start | health_timeout | crashed | oom |
+    # interrupted | pruned (sample-efficient mode: could not beat the incumbent)
+    sa.Column("status", sa.Text, nullable=False),
+    sa.Column("launch_command", sa.Text),  # the full command as launched (no credentials)
+    sa.Column("framework", sa.Text),
+    sa.Column("framework_version", sa.Text),
+    sa.Column("started_at", DOUBLE),
+    sa.Column("ended_at", DOUBLE),
+    sa.Column("capacity", DOUBLE),  # SLO capacity found (req/s or concurrency)
+    sa.Column("capacity_kind", sa.Text),  # rate | concurrency
+    sa.Column("capacity_interpolated", sa.Boolean),
+    sa.Column("capacity_note", sa.Text),
+    sa.Column("runs_used", sa.Integer),  # load levels measured for this point
+    sa.Column("search", sa.Text),  # JSON list: {load, run_id, passed, ratio} in measured order
+    sa.Column("peak_memory_fraction", DOUBLE),  # peak GPU memory used / total over its runs
+    sa.Column("preemptions", DOUBLE),  # preemptions per 1,000 requests at capacity
+    sa.Column("prior", DOUBLE),  # the performance model's predicted capacity (efficient mode)
+    sa.Column("error", sa.Text),  # why it failed (one line)
+    sa.Column("log_tail", sa.Text),  # the engine's last log lines
 )
 
 run_rollups = sa.Table(

@@ -228,8 +228,10 @@ def test_migrations_upgrade_a_version_1_store_keeping_its_runs(tmp_path: Path) -
         conn.execute(sa.text("ALTER TABLE gpu_samples DROP COLUMN mem_reserved_bytes"))
         conn.execute(sa.text("ALTER TABLE runs DROP COLUMN precision"))
         conn.execute(sa.text("ALTER TABLE runs DROP COLUMN kv_cache_dtype"))
-        for table in migrations._CHECKLIST_TABLES:
+        for table in (*migrations._CHECKLIST_TABLES, "sweep_points"):
             conn.execute(sa.text(f"DROP TABLE {table}"))
+        for column in ("spec", "mode", "started_at", "ended_at", "host"):
+            conn.execute(sa.text(f"ALTER TABLE sweeps DROP COLUMN {column}"))
         conn.execute(sa.text("ALTER TABLE runs DROP COLUMN data_version"))
         conn.execute(sa.text("DROP TABLE run_rollups"))
         conn.execute(sa.text("DROP TABLE store_meta"))
@@ -242,8 +244,9 @@ def test_migrations_upgrade_a_version_1_store_keeping_its_runs(tmp_path: Path) -
                 "INSERT INTO requests (run_id, seq, status, ttft_ms) VALUES ('old', 0, 'ok', 7)"
             )
         )
-    assert migrations.migrate(old) == len(migrations.MIGRATIONS) == 5
+    assert migrations.migrate(old) == len(migrations.MIGRATIONS) == 6
     assert sa.inspect(old.engine).has_table("framework_scores")
+    assert sa.inspect(old.engine).has_table("sweep_points")
     with old.connect() as conn:
         conn.execute(sa.text("UPDATE runs SET precision = 'fp8', kv_cache_dtype = 'fp8'"))
     ingest.add_rows(
