@@ -50,6 +50,11 @@ LIST_FLAGS: dict[tuple[tuple[str, ...], str], tuple[list[str], list[str], list[s
     (("health",), "FRAMEWORK"): (["health", "--issues", "3"], ["vllm", "sglang"], []),
     (("checklist", "rank"), "--weight"): (["checklist", "rank"], ["scheduling=5", "licence=1"], []),
     (("checklist", "rank"), "--must-have"): (["checklist", "rank"], ["amd", "gguf"], []),
+    (("quality",), "--category"): (
+        ["quality", "--reference", "http://a:1", "--candidate", "http://b:1"],
+        ["factual", "code"],
+        [],
+    ),
     (("db", "prepare"), "RUN_ID"): (
         ["db", "--db", "duckdb:///x.duckdb", "prepare"],
         ["r1", "r2"],
