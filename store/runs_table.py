@@ -215,13 +215,14 @@ def store_overview(store: Store) -> pd.DataFrame:
 def latest_runs(store: Store, limit: int = 50) -> pd.DataFrame:
     """The ``limit`` most recent runs, newest first, each with its headline figures.
 
-    Columns: run_id, name, source, framework, framework_version, model, gpu_name, gpu_count,
-    workload, arrival, concurrency, target_rate, started_at, status, client_bound,
-    client_bound_reason, requests, ok, errors, output_tokens, duration_s, output_throughput
-    (tokens/s), request_throughput (requests/s), ttft_n, ttft_p50_ms, ttft_p99_ms, tpot_n,
-    tpot_p50_ms, tpot_p99_ms — percentiles over successful requests — and aggregates_only (an
-    import that holds only the tool's own aggregates, no per-request rows). The figures come
-    from each run's stored summary (``store.run_figures``).
+    Columns: run_id, name, source, framework, framework_version, model, precision,
+    kv_cache_dtype, gpu_name, gpu_count, workload, arrival, concurrency, target_rate,
+    started_at, status, client_bound, client_bound_reason, requests, ok, errors,
+    output_tokens, duration_s, output_throughput (tokens/s), request_throughput (requests/s),
+    ttft_n, ttft_p50_ms, ttft_p99_ms, tpot_n, tpot_p50_ms, tpot_p99_ms — percentiles over
+    successful requests — and aggregates_only (an import that holds only the tool's own
+    aggregates, no per-request rows). The figures come from each run's stored summary
+    (``store.run_figures``).
     """
     runs = list_runs(store, limit=limit)
     df = run_figures.attach(store, runs)
@@ -232,6 +233,8 @@ def latest_runs(store: Store, limit: int = 50) -> pd.DataFrame:
         "framework",
         "framework_version",
         "model",
+        "precision",
+        "kv_cache_dtype",
         "gpu_name",
         "gpu_count",
         "workload",

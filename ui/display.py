@@ -157,6 +157,15 @@ def _rounded(series: pd.Series, digits: int = 1) -> pd.Series:
     return pd.to_numeric(series).astype("float64").round(digits)
 
 
+def precision_label(weights: Any, kv_cache: Any) -> str:
+    """``fp8 · kv fp8``, ``bf16``, ``? · kv fp8`` or "" when neither is known."""
+    w = "" if is_missing(weights) else str(weights)
+    kv = "" if is_missing(kv_cache) or kv_cache in ("", "auto") else str(kv_cache)
+    if not w and not kv:
+        return ""
+    return f"{w or '?'} · kv {kv}" if kv else w
+
+
 def runs_table(latest: pd.DataFrame) -> pd.DataFrame:
     """``latest_runs`` as displayed, one row per run in the same order (row i ↔ run i).
 
@@ -174,8 +183,15 @@ def runs_table(latest: pd.DataFrame) -> pd.DataFrame:
                 for f, r in zip(latest["client_bound"], latest["client_bound_reason"], strict=True)
             ],
             "source": latest["source"].map(_text),
-            "framework": latest["framework"].map(_text),
+            "framework": [
+                _text(f) if is_missing(v) or v == "" else f"{_text(f)} {v}"
+                for f, v in zip(latest["framework"], latest["framework_version"], strict=True)
+            ],
             "model": latest["model"].map(_text),
+            "precision": [
+                precision_label(w, kv)
+                for w, kv in zip(latest["precision"], latest["kv_cache_dtype"], strict=True)
+            ],
             "gpu": gpu,
             "workload": latest["workload"].map(_text),
             "load": [

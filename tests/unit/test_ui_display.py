@@ -64,7 +64,10 @@ def _latest() -> pd.DataFrame:
             "name": ["fast", None],
             "source": ["servescope", "vllm-bench"],
             "framework": ["sim", None],
+            "framework_version": [None, "0.11.0"],
             "model": ["m", "m"],
+            "precision": ["fp8", None],
+            "kv_cache_dtype": ["fp8", None],
             "gpu_name": ["H100", None],
             "gpu_count": [2.0, math.nan],
             "workload": ["mixed", None],
@@ -91,6 +94,10 @@ def test_runs_table_keeps_row_order_and_shows_the_flag() -> None:
     assert table.columns[1] == "client-bound"
     assert table["client-bound"].tolist() == ["", "⚠ client-bound: lag"]
     assert table["gpu"].tolist() == ["2× H100", "—"]
+    assert table["framework"].tolist() == ["sim", "— 0.11.0"]
+    assert table["precision"].tolist() == ["fp8 · kv fp8", ""]
+    assert display.precision_label(None, "fp8") == "? · kv fp8"
+    assert display.precision_label("bf16", "auto") == "bf16"
     assert table["load"].tolist() == ["c=8", "4 req/s poisson"]
     assert table["output tok/s"].iloc[0] == pytest.approx(123.5)
     assert pd.isna(table["output tok/s"].iloc[1])
