@@ -15,6 +15,7 @@ from typing import Any, Final
 import pandas as pd
 
 from analysis.metrics import low_confidence
+from analysis.precision import precision_label
 
 _MD_SPECIAL = re.compile(r"([!-/:-@\[-`{-~])")
 
@@ -157,15 +158,6 @@ def _rounded(series: pd.Series, digits: int = 1) -> pd.Series:
     return pd.to_numeric(series).astype("float64").round(digits)
 
 
-def precision_label(weights: Any, kv_cache: Any) -> str:
-    """``fp8 · kv fp8``, ``bf16``, ``? · kv fp8`` or "" when neither is known."""
-    w = "" if is_missing(weights) else str(weights)
-    kv = "" if is_missing(kv_cache) or kv_cache in ("", "auto") else str(kv_cache)
-    if not w and not kv:
-        return ""
-    return f"{w or '?'} · kv {kv}" if kv else w
-
-
 def runs_table(latest: pd.DataFrame) -> pd.DataFrame:
     """``latest_runs`` as displayed, one row per run in the same order (row i ↔ run i).
 
@@ -189,7 +181,7 @@ def runs_table(latest: pd.DataFrame) -> pd.DataFrame:
             ],
             "model": latest["model"].map(_text),
             "precision": [
-                precision_label(w, kv)
+                precision_label(w, kv) or ""
                 for w, kv in zip(latest["precision"], latest["kv_cache_dtype"], strict=True)
             ],
             "gpu": gpu,

@@ -67,6 +67,8 @@ class ImportOptions:
     model: str | None = None
     gpu_name: str | None = None
     gpu_count: int | None = None
+    precision: str | None = None  # analysis.precision's vocabulary (validated by the caller)
+    kv_cache_dtype: str | None = None
     name: str | None = None
     tags: tuple[str, ...] = ()
     format: str | None = None

@@ -65,6 +65,10 @@ def base_run(
         run["gpu_name"] = options.gpu_name
     if options.gpu_count is not None:
         run["gpu_count"] = options.gpu_count
+    if options.precision:
+        run["precision"] = options.precision
+    if options.kv_cache_dtype:
+        run["kv_cache_dtype"] = options.kv_cache_dtype
     started, ended = run.get("started_at"), run.get("ended_at")
     if started is not None and ended is not None and ended > started:
         # an end before the start is refused by validate.check_parsed, naming the run

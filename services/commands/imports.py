@@ -13,6 +13,12 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from analysis.precision import (
+    KV_CACHE_DTYPES,
+    WEIGHT_PRECISIONS,
+    check_kv_cache_dtype,
+    check_precision,
+)
 from collectors.importers.model import ImportOptions
 from collectors.importers.registry import FORMATS
 from collectors.importers.runner import FileReport, import_paths
@@ -66,6 +72,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--model", help="model name")
     p.add_argument("--gpu", dest="gpu_name", help='GPU, e.g. "H100 80GB"')
     p.add_argument("--gpus", dest="gpu_count", type=int, help="number of GPUs serving")
+    p.add_argument(
+        "--precision",
+        metavar="P",
+        help="weight precision / quantisation served (wins over the file's): "
+        f"{', '.join(WEIGHT_PRECISIONS)}, or any gguf-<type>",
+    )
+    p.add_argument(
+        "--kv-cache-dtype",
+        metavar="D",
+        help=f"KV-cache dtype (wins over the file's): {', '.join(KV_CACHE_DTYPES)}",
+    )
     p.add_argument("--name", help="run name (several runs in one file get a suffix each)")
     p.add_argument(
         "--tag",
@@ -125,6 +142,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         model=args.model,
         gpu_name=args.gpu_name,
         gpu_count=args.gpu_count,
+        precision=check_precision(args.precision),
+        kv_cache_dtype=check_kv_cache_dtype(args.kv_cache_dtype),
         name=args.name,
         tags=tuple(args.tags),
         format=args.format,

@@ -383,3 +383,24 @@ def test_precision_where_the_file_says_so(store: Store, fixtures_dir: Path, tmp_
     assert got["sglang.jsonl"] == ("awq", "auto")
     assert got["a_summary.json"] == ("bf16", None)
     assert got["b_summary.json"] == (None, None)
+
+
+def test_import_precision_flags_win_and_bad_ones_are_refused(
+    tmp_path: Path, fixtures_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import cli
+
+    url = f"duckdb:///{tmp_path / 'flags.duckdb'}"
+    path = str(fixtures_dir / "vllm" / "legacy_aggregates.json")
+    argv = ["import", path, "--db", url]
+    assert cli.main([*argv, "--precision", "GPTQ", "--kv-cache-dtype", "fp9"]) == 2
+    assert "--kv-cache-dtype 'fp9' is not a known KV-cache dtype" in capsys.readouterr().err
+    assert cli.main([*argv, "--precision", "AWQ", "--kv-cache-dtype", "fp8"]) == 0
+    store = open_store(url)
+    try:
+        runs = runs_table.list_runs(store, limit=None)
+    finally:
+        store.dispose()
+    assert runs[["precision", "kv_cache_dtype"]].drop_duplicates().values.tolist() == [
+        ["awq", "fp8"]
+    ]

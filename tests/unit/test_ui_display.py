@@ -95,9 +95,7 @@ def test_runs_table_keeps_row_order_and_shows_the_flag() -> None:
     assert table["client-bound"].tolist() == ["", "⚠ client-bound: lag"]
     assert table["gpu"].tolist() == ["2× H100", "—"]
     assert table["framework"].tolist() == ["sim", "— 0.11.0"]
-    assert table["precision"].tolist() == ["fp8 · kv fp8", ""]
-    assert display.precision_label(None, "fp8") == "? · kv fp8"
-    assert display.precision_label("bf16", "auto") == "bf16"
+    assert table["precision"].tolist() == ["fp8 · fp8-kv", ""]
     assert table["load"].tolist() == ["c=8", "4 req/s poisson"]
     assert table["output tok/s"].iloc[0] == pytest.approx(123.5)
     assert pd.isna(table["output tok/s"].iloc[1])
