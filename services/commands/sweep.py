@@ -1,0 +1,714 @@
+"""``servescope sweep SPEC.toml``: measure an engine over a grid of parameters, find each
+configuration's SLO capacity, and print the recommendation.
+
+Per point (and repeat) of the spec's grid: launch the engine (``collectors.engine_launcher``:
+a template or a custom command, its own process group, a free port, its log under the sweep's
+folder), wait for health, run the load (fixed levels, or the SLO-capacity search of
+``analysis.capacity_search``, one ``run_bench`` per level: live /metrics and GPU collection as
+``bench`` does), stop the engine, and record the point (``store.sweep_records``). A point whose
+engine fails to start, times out, runs out of memory or crashes is recorded with its status,
+reason and log tail; the sweep goes on. ``--resume`` measures only what is left; Ctrl-C or
+SIGTERM stops the engine, records the point as interrupted and the sweep too (exit 130 / 143).
+The format of the spec and each status: docs/tune.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import socket
+import sys
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import pandas as pd
+
+import seeds
+from analysis import engine_series, slo
+from analysis.capacity_search import Probe, SearchPlan, next_load, search_result
+from analysis.sweep_spec import (
+    CLIENT_PARAMS,
+    Point,
+    SweepSpec,
+    engine_params,
+    expand,
+    format_value,
+    parse_spec,
+)
+from collectors import engine_launcher as launcher
+from collectors.endpoint_identity import identify_sync
+from collectors.loadgen.config import BenchConfig
+from collectors.loadgen.runner import BenchInterrupted, run_bench
+from errors import ConfigError, EndpointError, ExitCode, InputError, ServeScopeError
+from services.views.compare import read_rows
+from store import catalog, ingest, runs_table, sample_timelines
+from store import sweep_records as records
+from store.db import Store
+from store.lifecycle import open_store
+
+EPILOG = """\
+examples:
+  servescope sweep examples/sim-sweep.toml
+  servescope sweep examples/sim-sweep.toml --dry-run      # every launch command and the load plan
+  servescope sweep examples/sim-sweep.toml --resume       # the latest interrupted sweep of its name
+  servescope sweep examples/sim-sweep.toml --resume SWEEP_ID
+exit codes: 0 every point completed · 1 some points failed (recorded with their reason and
+  log tail) · 2 bad spec or store (nothing stored) · 3 no point completed · 130 Ctrl-C
+  · 143 SIGTERM.
+The spec format and what each point status means: docs/tune.md.
+"""
+
+#: Placeholder shown for the port in --dry-run when each launch picks a free one.
+PORT_PLACEHOLDER = "PORT"
+
+
+@dataclass
+class PointResult:
+    """What one point (repeat) came to: the ``sweep_points`` row."""
+
+    row: dict[str, Any]
+    run_ids: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Sweep:
+    """A sweep being run: the spec, its points, where rows and logs go."""
+
+    spec: SweepSpec
+    points: list[Point]
+    store: Store
+    sweep_id: str
+    log_dir: Path
+    profile: slo.SloProfile
+    progress: bool = True
+    out: TextIO = sys.stdout
+    environ: Mapping[str, str] | None = None
+
+    def say(self, text: str) -> None:
+        print(text, file=self.out, flush=True)
+
+
+# --- spec → launch plans -----------------------------------------------------------------------
+
+
+def load_spec(path: str, env: Mapping[str, str] | None = None) -> SweepSpec:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"sweep spec {path!r} not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"sweep spec {path!r} cannot be read: {exc}") from None
+    return parse_spec(text, env=os.environ if env is None else env)
+
+
+def launch_plan(spec: SweepSpec, point: Point, port: int | str) -> launcher.LaunchPlan:
+    """The launch of ``point`` (InputError when the template cannot express its params)."""
+    e = spec.engine
+    return launcher.render(
+        template=e.template,
+        command=e.command,
+        params=engine_params(point.params),
+        model=e.model,
+        port=port,
+        binary=e.binary,
+        args=e.args,
+        env=e.env,
+    )
+
+
+def stored_engine_params(spec: SweepSpec, point: Point) -> dict[str, Any]:
+    """runs.engine_params of a point's runs: its engine params in the normalised vocabulary.
+    llama.cpp's ``ctx_size`` is the TOTAL context of its slots, not a request's limit: it is
+    kept as ``ctx_size_total`` beside ``max_model_len`` = ctx_size / slots (the normaliser of
+    collectors.loadgen.config would otherwise read ctx_size as max_model_len)."""
+    params = engine_params(point.params)
+    if "ctx_size" in params:
+        total = int(params.pop("ctx_size"))
+        params["ctx_size_total"] = total
+        slots = params.get("max_batch_size")
+        if spec.engine.template == "llamacpp" and isinstance(slots, int) and slots > 0:
+            params.setdefault("max_model_len", total // slots)
+    return params
+
+
+def check_catalog_names(spec: SweepSpec, store: Store | None) -> list[str]:
+    """The workload and the SLO profile must exist: in the store's catalog (a ConfigError
+    naming the valid ones), or, without a store (--dry-run), among the seeds (a note only)."""
+    notes = []
+    for kind, name in (("workloads", spec.load.workload), ("slo_profiles", spec.slo.profile)):
+        if store is not None:
+            catalog.get(store, kind, name)
+        elif name not in {e["name"] for e in seeds.entries(kind)}:
+            notes.append(f"note: {kind[:-1]} {name!r} is not in the seeded catalog")
+    return notes
+
+
+def validate(spec: SweepSpec, points: Sequence[Point]) -> dict[str, launcher.LaunchPlan]:
+    """Every point's launch command, rendered once: a bad template or param fails here, before
+    anything is stored."""
+    if spec.engine.endpoint:
+        return {}
+    port: int | str = spec.engine.port or PORT_PLACEHOLDER
+    return {p.point_id: launch_plan(spec, p, port) for p in points}
+
+
+def dry_run(spec: SweepSpec, points: Sequence[Point], out: TextIO) -> int:
+    plans = validate(spec, points)
+    for note in check_catalog_names(spec, None):
+        print(note, file=out)
+    engine = spec.engine.endpoint or spec.engine.label
+    print(
+        f"sweep {spec.name}: {len(points)} point(s) × {spec.repeats} repeat(s), mode "
+        f"{spec.mode}, engine {engine}, SLO {spec.slo.profile}",
+        file=out,
+    )
+    print(f"load: {spec.load.describe()}", file=out)
+    for p in points:
+        print(f"\n{p.point_id}  {p.label}", file=out)
+        if p.point_id in plans:
+            print(f"  $ {plans[p.point_id].display}", file=out)
+        else:
+            print(f"  endpoint {spec.engine.endpoint} (already running)", file=out)
+        levels = _fixed_levels(spec, p)
+        if levels:
+            print(f"  load: {spec.load.kind} {', '.join(f'{v:g}' for v in levels)}", file=out)
+    print("\n--dry-run: nothing launched, nothing stored", file=out)
+    return ExitCode.OK
+
+
+# --- one point ---------------------------------------------------------------------------------
+
+
+def _fixed_levels(spec: SweepSpec, point: Point) -> tuple[float, ...]:
+    kind = spec.load.kind
+    if kind in point.params:
+        return (float(point.params[kind]),)
+    return spec.load.levels
+
+
+def _bench_config(
+    sw: Sweep,
+    point: Point,
+    repeat: int,
+    url: str,
+    levels: Sequence[float],
+    run_id: str,
+) -> BenchConfig:
+    spec, load = sw.spec, sw.spec.load
+    client = {k: v for k, v in point.params.items() if k in CLIENT_PARAMS}
+    conc = tuple(round(v) for v in levels) if load.kind == "concurrency" else ()
+    rate = tuple(float(v) for v in levels) if load.kind == "rate" else ()
+    return BenchConfig(
+        endpoint=url,
+        api=load.api,
+        model=spec.engine.model if spec.engine.endpoint else None,
+        workload=load.workload,
+        concurrency=conc,
+        rate=rate,
+        arrival=load.arrival,
+        requests=load.requests,
+        duration_s=load.duration_s,
+        warmup=load.warmup,
+        max_tokens=client.get("max_tokens", load.max_tokens),
+        slo=spec.slo.profile,
+        engine_params=stored_engine_params(spec, point),
+        name=f"{spec.name} {point.label}",
+        seed=load.seed,
+        timeout_s=load.timeout_s,
+        run_id=run_id,
+        sweep_id=sw.sweep_id,
+        tags=("sweep", spec.name),
+        notes=f"servescope sweep {sw.sweep_id}: point {point.point_id} ({point.label}), "
+        f"repeat {repeat}",
+    )
+
+
+def _evaluate(sw: Sweep, run_ids: Sequence[str]) -> dict[str, tuple[bool | None, float | None]]:
+    """Each run's SLO verdict and worst ratio (measured / limit), as Compare judges it."""
+    if not run_ids:
+        return {}
+    rows = read_rows(sw.store, run_ids, sw.profile, "configuration")
+    out: dict[str, tuple[bool | None, float | None]] = {}
+    for rec in rows.to_dict("records"):
+        passed = rec.get("passed")
+        ratio = rec.get("worst_ratio")
+        out[str(rec["run_id"])] = (
+            None if passed is None or passed is pd.NA else bool(passed),
+            None if ratio is None or (isinstance(ratio, float) and math.isnan(ratio)) else ratio,
+        )
+    return out
+
+
+def _tag_runs(sw: Sweep, run_ids: Sequence[str], point: Point, repeat: int, command: str) -> None:
+    """client_params of each run gets the launch command and the point: relaunch as it ran."""
+    for run_id in run_ids:
+        rec = runs_table.run_record(sw.store, run_id)
+        if rec is None:
+            continue
+        cp = rec.get("client_params")
+        cp = dict(cp) if isinstance(cp, Mapping) else {}
+        cp["launch_command"] = command
+        cp["sweep_point"] = {
+            "sweep_id": sw.sweep_id,
+            "point_id": point.point_id,
+            "repeat": repeat,
+            "params": dict(point.params),
+        }
+        ingest.update_run(sw.store, run_id, client_params=cp)
+
+
+def _preemptions_per_1k(store: Store, run_id: str, requests: int) -> float | None:
+    """Increase of preemptions_total over the run's span, per 1,000 requests (None: no data)."""
+    src = sample_timelines.run_sources(store, run_id)
+    if not src or not src.get("targets") or src.get("since") is None or not requests:
+        return None
+    tl = sample_timelines.engine_timeline(
+        store,
+        src["targets"],
+        since=float(src["since"]),
+        until=float(src["until"]),
+        metrics=("preemptions_total",),
+    )
+    if tl.empty:
+        return None
+    total = sum(
+        engine_series.counter_increase(part.sort_values("ts")["max_value"].to_numpy())
+        for _, part in tl.groupby("target")
+    )
+    return 1000.0 * total / requests
+
+
+def _guard_figures(
+    sw: Sweep, run_ids: Sequence[str], at_capacity: str | None, requests: Mapping[str, int]
+) -> tuple[float | None, float | None]:
+    """(peak GPU memory fraction over the runs, preemptions per 1,000 requests at capacity)."""
+    peak = None
+    if run_ids:
+        states = sample_timelines.run_states(sw.store, run_ids)
+        have = states[states["gpu_samples"] > 0]["mem_peak_fraction"].dropna()
+        peak = float(have.max()) if not have.empty else None
+    pre = None
+    if at_capacity is not None:
+        pre = _preemptions_per_1k(sw.store, at_capacity, requests.get(at_capacity, 0))
+    return peak, pre
+
+
+def _measure(
+    sw: Sweep,
+    point: Point,
+    repeat: int,
+    url: str,
+    command: str,
+    alive: Callable[[], bool],
+) -> PointResult:
+    """Run the point's load against ``url``; the capacity figures of the point's row."""
+    spec, load = sw.spec, sw.spec.load
+    base = f"{sw.sweep_id}-{point.point_id}-r{repeat}"
+    row: dict[str, Any] = {"capacity_kind": load.kind}
+    run_ids: list[str] = []
+    requests: dict[str, int] = {}
+    probes: list[Probe] = []
+    levels = _fixed_levels(spec, point)
+    if levels:
+        outcome = run_bench(
+            _bench_config(sw, point, repeat, url, levels, base), sw.store, progress=sw.progress
+        )
+        run_ids = outcome.run_ids
+        requests = {lvl.run_id: lvl.requests for lvl in outcome.levels}
+        _tag_runs(sw, run_ids, point, repeat, command)
+        verdicts = _evaluate(sw, run_ids)
+        for lvl, level in zip(outcome.levels, levels, strict=False):
+            passed, ratio = verdicts.get(lvl.run_id, (None, None))
+            probes.append(Probe(level, passed, ratio, lvl.run_id))
+        cap = slo.capacity(
+            load.kind,
+            pd.DataFrame(
+                {
+                    "load": [p.load for p in probes],
+                    "passed": [p.passed if p.passed is not None else False for p in probes],
+                    "ratio": [p.ratio if p.ratio is not None else math.nan for p in probes],
+                }
+            ),
+        )
+        row |= {
+            "capacity": cap.interpolated if cap.interpolated is not None else cap.measured,
+            "capacity_interpolated": cap.is_interpolated,
+            "capacity_note": cap.note or None,
+            "runs_used": len(run_ids),
+        }
+        measured: float | None = cap.measured
+    else:
+        assert load.search is not None
+        s = load.search
+        plan = SearchPlan(load.kind, s.low, s.high, s.precision, s.max_runs, s.start)
+        step = 0
+        while alive():
+            value = next_load(plan, probes)
+            if value is None:
+                break
+            run_id = f"{base}-s{step}"
+            outcome = run_bench(
+                _bench_config(sw, point, repeat, url, [value], run_id),
+                sw.store,
+                progress=sw.progress,
+            )
+            step += 1
+            run_ids += outcome.run_ids
+            for lvl in outcome.levels:
+                requests[lvl.run_id] = lvl.requests
+            _tag_runs(sw, outcome.run_ids, point, repeat, command)
+            rid = outcome.run_ids[0] if outcome.run_ids else None
+            passed, ratio = _evaluate(sw, [rid]).get(rid, (None, None)) if rid else (None, None)
+            if not alive():
+                passed = None  # the engine died under this load: no verdict
+            load_value = float(round(value)) if load.kind == "concurrency" else value
+            probes.append(Probe(load_value, passed, ratio, rid))
+            sw.say(
+                f"  {point.label} r{repeat}: {load.kind} {load_value:g} → "
+                + ("pass" if passed else "FAIL" if passed is False else "no verdict")
+                + (f" (worst ratio {ratio:.2f})" if ratio is not None else "")
+            )
+        res = search_result(plan, probes)
+        row |= {
+            "capacity": res.capacity,
+            "capacity_interpolated": res.interpolated,
+            "capacity_note": res.note or None,
+            "runs_used": res.runs_used,
+        }
+        measured = res.measured
+    row["search"] = [
+        {"load": p.load, "run_id": p.run_id, "passed": p.passed, "ratio": p.ratio} for p in probes
+    ]
+    at_cap = next((p.run_id for p in probes if measured is not None and p.load == measured), None)
+    row["peak_memory_fraction"], row["preemptions"] = _guard_figures(sw, run_ids, at_cap, requests)
+    return PointResult(row, run_ids)
+
+
+def run_point(sw: Sweep, point: Point, repeat: int) -> PointResult:
+    """Launch, measure, stop one point (repeat); record it. Failures of the engine are recorded
+    and returned; only a stop signal (KeyboardInterrupt) escapes, after the point is recorded
+    as interrupted and the engine stopped."""
+    spec = sw.spec
+    key = {"sweep_id": sw.sweep_id, "point_id": point.point_id, "repeat": repeat}
+    row: dict[str, Any] = {
+        **key,
+        "params": dict(point.params),
+        "status": "running",
+        "started_at": time.time(),
+        "ended_at": None,
+        "error": None,
+        "log_tail": None,
+    }
+    engine: launcher.Engine | None = None
+    log_path = sw.log_dir / f"{point.point_id}-r{repeat}.log"
+    status, error = "completed", None
+    result = PointResult({})
+    try:
+        if spec.engine.endpoint:
+            url, command, alive = spec.engine.endpoint, f"(endpoint {spec.engine.endpoint})", _yes
+            row |= {"launch_command": command}
+            records.record_point(sw.store, row)
+        else:
+            port = spec.engine.port or launcher.free_port()
+            plan = launch_plan(spec, point, port)
+            command = plan.display
+            row |= {"launch_command": command, "framework": plan.framework}
+            records.record_point(sw.store, row)
+            sw.say(f"{point.point_id} {point.label} r{repeat}: $ {command}")
+            engine = launcher.launch(plan, log_path=log_path, port=port, environ=sw.environ)
+            launcher.wait_healthy(engine, spec.engine.startup_timeout_s)
+            url, alive = engine.url, engine.alive
+        who = identify_sync(url, timeout_s=5.0)
+        if who.framework:
+            row |= {"framework": who.framework, "framework_version": who.version}
+        result = _measure(sw, point, repeat, url, command, alive)
+        row |= result.row
+        failure = engine.failure() if engine is not None else None
+        if failure is not None:  # it died during the load
+            status, error = failure.status, failure.reason
+    except launcher.LaunchFailure as f:
+        status, error = f.status, f.reason
+    except BenchInterrupted as exc:
+        result.run_ids = exc.run_ids
+        row |= {"status": "interrupted", "error": "interrupted by a stop signal"}
+        _close(sw, engine, row, log_path)
+        raise
+    except KeyboardInterrupt:
+        row |= {"status": "interrupted", "error": "interrupted by a stop signal"}
+        _close(sw, engine, row, log_path)
+        raise
+    except (EndpointError, ConfigError, InputError) as exc:
+        failure = engine.failure() if engine is not None else None
+        if failure is not None:
+            status, error = failure.status, f"{failure.reason} ({exc.message})"
+        elif isinstance(exc, EndpointError):
+            status, error = "crashed", exc.message
+        else:
+            raise
+    row |= {"status": status, "error": error}
+    _close(sw, engine, row, log_path)
+    result.row = row
+    return result
+
+
+def _yes() -> bool:
+    return True
+
+
+def _close(sw: Sweep, engine: launcher.Engine | None, row: dict[str, Any], log: Path) -> None:
+    """Stop the engine (if any), keep its log tail, record the point (one transaction)."""
+    if engine is not None:
+        launcher.stop(engine, sw.spec.engine.stop_timeout_s)
+    if log.exists():
+        row["log_tail"] = launcher.log_tail(log) or None
+    row["ended_at"] = time.time()
+    if row.get("error"):
+        row["error"] = " ".join(str(row["error"]).split())[:500]
+    records.record_point(sw.store, row)
+
+
+# --- the sweep ----------------------------------------------------------------------------------
+
+
+def _order(spec: SweepSpec, points: list[Point], say: Callable[[str], None]) -> list[Point]:
+    if spec.mode != "efficient":
+        return points
+    try:
+        from analysis import sweep_order  # the sample-efficient ordering, when present
+    except ImportError:
+        say("note: mode efficient: analysis.sweep_order is not available; grid order used")
+        return points
+    order = getattr(sweep_order, "order_points", None)
+    if order is None:
+        say("note: mode efficient: analysis.sweep_order.order_points missing; grid order used")
+        return points
+    try:
+        ordered = list(order(points, None))
+    except (TypeError, ValueError, ServeScopeError) as exc:
+        say(f"note: mode efficient: ordering failed ({exc}); grid order used")
+        return points
+    by_id = {p.point_id: p for p in points}
+    result = [by_id.get(getattr(o, "point_id", o), o) for o in ordered]
+    return [p for p in result if isinstance(p, Point)] or points
+
+
+def _new_sweep_id(name: str) -> str:
+    return f"{name[:40]}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
+
+
+def _log_dir(store: Store, sweep_id: str, override: str | None) -> Path:
+    if override:
+        return Path(override) / sweep_id
+    database = store.engine.url.database if store.dialect == "duckdb" else None
+    if database and database != ":memory:":
+        return Path(database).resolve().parent / "sweeps" / sweep_id
+    return Path("data") / "sweeps" / sweep_id
+
+
+def profile_of(store: Store, spec: SweepSpec) -> slo.SloProfile:
+    return slo.SloProfile.from_entry(catalog.get(store, "slo_profiles", spec.slo.profile))
+
+
+def run_sweep(
+    spec: SweepSpec,
+    store: Store,
+    *,
+    resume: str | None = None,
+    log_dir: str | None = None,
+    progress: bool = True,
+    out: TextIO = sys.stdout,
+    environ: Mapping[str, str] | None = None,
+) -> tuple[str, list[dict[str, Any]]]:
+    """Run (or resume: ``resume`` = a sweep id, or ``"latest"``) the sweep; returns its id and
+    the rows of the points measured now. A stop signal records the point and the sweep as
+    interrupted and propagates (KeyboardInterrupt / BenchInterrupted)."""
+    points = expand(spec)
+    validate(spec, points)
+    check_catalog_names(spec, store)
+    profile = profile_of(store, spec)
+    done: set[tuple[str, int]] = set()
+    if resume:
+        sweep_id = resume
+        if resume == "latest":
+            found = records.latest_resumable(store, spec.name)
+            if found is None:
+                raise InputError(
+                    f"no interrupted sweep named {spec.name!r} to resume in {store.url}",
+                    hint="run it without --resume, or give --resume SWEEP_ID",
+                )
+            sweep_id = found
+        header = records.sweep_header(store, sweep_id)
+        if header is None:
+            raise InputError(f"no sweep {sweep_id!r} in {store.url} to resume")
+        if header.get("name") != spec.name:
+            raise InputError(
+                f"sweep {sweep_id!r} is named {header.get('name')!r}, the spec {spec.name!r}",
+                hint="resume it with the spec it ran",
+            )
+        done = records.completed_point_ids(store, sweep_id)
+    else:
+        sweep_id = _new_sweep_id(spec.name)
+    sw = Sweep(
+        spec,
+        points,
+        store,
+        sweep_id,
+        _log_dir(store, sweep_id, log_dir),
+        profile,
+        progress=progress,
+        out=out,
+        environ=environ,
+    )
+    e = spec.engine
+    records.start_sweep(
+        store,
+        {
+            "sweep_id": sweep_id,
+            "name": spec.name,
+            "engine": e.label,
+            "launch_template": e.template or e.command or e.endpoint,
+            "grid": {k: list(v) for k, v in spec.grid.items()},
+            "workload": spec.load.workload,
+            "slo": spec.slo.profile,
+            "spec": spec.to_json(),
+            "mode": spec.mode,
+            "host": socket.gethostname(),
+            **({} if resume else {"started_at": time.time()}),
+        },
+    )
+    todo = [
+        (p, r)
+        for p in _order(spec, points, sw.say)
+        for r in range(spec.repeats)
+        if (p.point_id, r) not in done
+    ]
+    sw.say(
+        f"sweep {sweep_id}: {len(todo)} of {len(points) * spec.repeats} point run(s) to measure"
+        + (f" ({len(done)} already done)" if done else "")
+        + f"; logs in {sw.log_dir}"
+    )
+    rows: list[dict[str, Any]] = []
+    try:
+        for point, repeat in todo:
+            rows.append(run_point(sw, point, repeat).row)
+            last = rows[-1]
+            sw.say(
+                f"{point.point_id} {point.label} r{repeat}: {last['status']}"
+                + (f", capacity {last['capacity']:.3g}" if last.get("capacity") is not None else "")
+                + (f" — {last['error']}" if last.get("error") else "")
+            )
+    except KeyboardInterrupt:
+        records.finish_sweep(store, sweep_id, "interrupted")
+        sw.say(f"sweep {sweep_id} interrupted: resume with --resume {sweep_id}")
+        raise
+    records.finish_sweep(store, sweep_id, "completed")
+    return sweep_id, rows
+
+
+def summary_table(store: Store, sweep_id: str) -> str:
+    """The points of the sweep: params, repeat, status, capacity, runs, error."""
+    from store.sweeps import sweep_points  # the pages' read of the same rows
+
+    df = sweep_points(store, sweep_id)
+    if df.empty:
+        return "(no points)"
+    names = sorted({k for p in df["params"] for k in p})
+    header = [*names, "rep", "status", "capacity", "runs", "error"]
+    lines = []
+    for rec in df.to_dict("records"):
+        params = rec["params"]
+        cap = rec.get("capacity")
+        capacity = "—" if cap is None or pd.isna(cap) else f"{cap:.3g}"
+        if capacity != "—" and rec.get("capacity_interpolated"):
+            capacity += "~"
+        runs = rec.get("runs_used")
+        lines.append(
+            [
+                *(format_value(params[n]) if n in params else "" for n in names),
+                str(rec["repeat"]),
+                str(rec["status"]),
+                capacity,
+                "" if runs is None or pd.isna(runs) else str(int(runs)),
+                (str(rec.get("error") or ""))[:60],
+            ]
+        )
+    widths = [max(len(h), *(len(r[i]) for r in lines)) for i, h in enumerate(header)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return "\n".join([fmt.format(*header), *(fmt.format(*r) for r in lines)]).rstrip()
+
+
+def headline(store: Store, sweep_id: str) -> str:
+    """The recommendation's one line (services.views.tune.recommendation_for)."""
+    from services.views.tune import recommendation_for
+
+    return recommendation_for(store, sweep_id).headline()
+
+
+def exit_status(store: Store, sweep_id: str) -> int:
+    from store.sweeps import sweep_points
+
+    statuses = list(sweep_points(store, sweep_id)["status"])
+    if statuses and all(s == "completed" for s in statuses):
+        return ExitCode.OK
+    if any(s == "completed" for s in statuses):
+        return ExitCode.PARTIAL
+    return ExitCode.FAILED
+
+
+# --- the command --------------------------------------------------------------------------------
+
+
+def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+    """Add the ``sweep`` subcommand (``set_defaults(func=run)``)."""
+    p = subparsers.add_parser(
+        "sweep",
+        help="sweep engine parameters: launch, measure SLO capacity, recommend",
+        description=__doc__,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("spec", metavar="SPEC.toml", help="the sweep spec (docs/tune.md)")
+    p.add_argument(
+        "--resume",
+        nargs="?",
+        const="latest",
+        default=None,
+        metavar="SWEEP_ID",
+        help="measure only what is left of an interrupted sweep (default: the latest of the "
+        "spec's name)",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print every point's launch command and the load plan; launch and store nothing",
+    )
+    p.add_argument("--db", help="store URL (default: $SERVESCOPE_DB or the DuckDB file)")
+    p.add_argument(
+        "--log-dir", help="folder for the engines' logs (default: sweeps/ beside the store)"
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of ``servescope sweep``."""
+    spec = load_spec(args.spec)
+    if args.dry_run:
+        return dry_run(spec, expand(spec), sys.stdout)
+    validate(spec, expand(spec))  # a bad template or param: before the store is opened
+    store = open_store(args.db)
+    try:
+        sweep_id, _ = run_sweep(
+            spec, store, resume=args.resume, log_dir=args.log_dir, progress=not args.quiet
+        )
+        print(f"\nsweep {sweep_id}: {spec.name}")
+        print(summary_table(store, sweep_id))
+        print(headline(store, sweep_id))
+        return exit_status(store, sweep_id)
+    finally:
+        store.dispose()

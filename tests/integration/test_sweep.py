@@ -1,0 +1,278 @@
+"""``servescope sweep`` with real engines: the sim measured end to end, launch failures recorded
+with their log tail (never a crash of the sweep), ``--resume``, a stop signal, ``--dry-run``."""
+
+from __future__ import annotations
+
+import io
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+import cli
+from analysis.sweep_spec import expand, parse_spec
+from services.commands.sweep import headline, run_sweep, summary_table
+from store import runs_table
+from store import sweep_records as records
+from store.db import Store
+from store.lifecycle import open_store
+from store.sweeps import sweep_points, sweep_record
+
+REPO = Path(__file__).resolve().parents[2]
+PY = shlex.quote(sys.executable)
+
+
+def spec_of(engine: str, grid: str = "", load: str = "levels = [4]") -> str:
+    return textwrap.dedent(
+        f"""
+        name = "it"
+        [engine]
+        {engine}
+        [grid]
+        {grid}
+        [load]
+        workload = "short-in-short-out"
+        kind = "rate"
+        {load}
+        requests = 10
+        max_tokens = 16
+        seed = 3
+        [slo]
+        profile = "interactive-chat"
+        """
+    )
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    s = open_store(f"duckdb:///{tmp_path / 's.duckdb'}")
+    yield s
+    s.dispose()
+
+
+def sweep(store: Store, text: str, **kw: object) -> tuple[str, str]:
+    out = io.StringIO()
+    sweep_id, _ = run_sweep(parse_spec(text), store, progress=False, out=out, **kw)  # type: ignore[arg-type]
+    return sweep_id, out.getvalue()
+
+
+def test_sim_points_are_launched_measured_stopped_and_recorded(store: Store) -> None:
+    text = spec_of(
+        'template = "sim"\nmodel = "llama-3.1-8b"\n'
+        'args = ["--time-scale", "4"]\nstartup_timeout_s = 60\nstop_timeout_s = 10',
+        grid="kv_memory_fraction = [0.01, 0.9]",
+        load="levels = [2, 8]",
+    )
+    sweep_id, out = sweep(store, text)
+    points = sweep_points(store, sweep_id)
+    by_kv = {r["params"]["kv_memory_fraction"]: r for r in points.to_dict("records")}
+    # the model does not fit in 1 % of the GPU: the sim refuses to start; the sweep goes on
+    bad = by_kv[0.01]
+    assert bad["status"] == "failed_to_start", bad
+    assert "exited at once with code 2" in bad["error"]
+    assert "does not fit" in bad["log_tail"]
+    ok = by_kv[0.9]
+    assert ok["status"] == "completed", ok
+    assert ok["framework"] == "sim"
+    assert ok["launch_command"].startswith(sys.executable)
+    assert "--kv-memory-fraction 0.9" in ok["launch_command"]
+    assert ok["runs_used"] == 2 and len(ok["search"]) == 2
+    assert ok["capacity_kind"] == "rate"
+    assert ok["capacity"] is not None or ok["capacity_note"]
+    assert "listening on" in ok["log_tail"]  # the engine's own log, kept
+    assert sweep_record(store, sweep_id)["status"] == "completed"
+
+    runs = runs_table.list_runs(store, limit=50)
+    mine = [runs_table.run_record(store, r) for r in runs["run_id"]]
+    assert len(mine) == 2
+    for run in mine:
+        assert run is not None
+        assert run["sweep_id"] == sweep_id
+        assert run["status"] == "completed"
+        assert run["framework"] == "sim"
+        assert run["engine_params"] == {"kv_memory_fraction": 0.9}
+        assert run["client_params"]["launch_command"] == ok["launch_command"]
+        assert run["client_params"]["sweep_point"]["point_id"] == ok["point_id"]
+    # every engine was stopped: its port is free again
+    port = int(ok["launch_command"].split("--port ")[1].split()[0])
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))
+    table = summary_table(store, sweep_id)
+    assert "failed_to_start" in table and "completed" in table
+    assert headline(store, sweep_id).startswith(("Recommended: ", "No recommendation"))
+    assert f"sweep {sweep_id}" in out
+
+
+def _busy_port() -> socket.socket:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    return s
+
+
+@pytest.mark.parametrize(
+    ("engine", "status", "error", "tail"),
+    [
+        (
+            'command = "servescope-no-such-engine --port {port}"',
+            "failed_to_start",
+            "command not found: servescope-no-such-engine",
+            "command not found",
+        ),
+        (
+            f'command = "{PY} -c \'import sys; print(\\"boom\\"); sys.exit(3)\'"',
+            "failed_to_start",
+            "exited at once with code 3: boom",
+            "boom",
+        ),
+        (
+            f'command = "{PY} -c \'import time; print(\\"loading\\", flush=True); '
+            "time.sleep(60)'\"\nstartup_timeout_s = 1.5\nstop_timeout_s = 2",
+            "health_timeout",
+            "not healthy within 1.5 s",
+            "loading",
+        ),
+        (
+            f'command = "{PY} -c \'import sys; print(\\"CUDA out of memory. Tried to '
+            'allocate 2 GiB\\"); sys.exit(1)\'"',
+            "oom",
+            "out of memory at start",
+            "CUDA out of memory",
+        ),
+        ("PORT", "failed_to_start", "port in use", "already in use"),
+    ],
+    ids=["not-found", "exits-at-once", "health-timeout", "oom", "port-in-use"],
+)
+def test_launch_failures_are_recorded_with_their_log_tail(
+    store: Store, engine: str, status: str, error: str, tail: str
+) -> None:
+    busy = _busy_port()
+    try:
+        if engine == "PORT":
+            engine = f'command = "{PY} -m cli sim --port {{port}}"\nport = {busy.getsockname()[1]}'
+        started = time.monotonic()
+        sweep_id, _ = sweep(store, spec_of(engine))
+        assert time.monotonic() - started < 30
+    finally:
+        busy.close()
+    [row] = sweep_points(store, sweep_id).to_dict("records")
+    assert row["status"] == status, row
+    assert error in row["error"]
+    assert tail in row["log_tail"]
+    assert row["launch_command"]
+    assert sweep_record(store, sweep_id)["status"] == "completed"  # the sweep itself ran
+    assert store.read_df("SELECT COUNT(*) AS n FROM runs")["n"][0] == 0
+
+
+def test_resume_measures_only_what_is_left(store: Store) -> None:
+    text = spec_of(
+        f"command = \"{PY} -c 'import sys; sys.exit(3)' --slots {{max_batch_size}}\"",
+        grid="max_batch_size = [1, 2, 3]",
+    )
+    spec = parse_spec(text)
+    p1, p2, p3 = expand(spec)
+    # an interrupted sweep: point 1 done, point 2 cut by a signal, point 3 never started
+    records.start_sweep(store, {"sweep_id": "it-old", "name": "it", "spec": spec.to_json()})
+    for p, status in ((p1, "completed"), (p2, "interrupted")):
+        records.record_point(
+            store,
+            {"sweep_id": "it-old", "point_id": p.point_id, "repeat": 0, "params": dict(p.params),
+             "status": status, "started_at": time.time()},
+        )  # fmt: skip
+    records.finish_sweep(store, "it-old", "interrupted")
+    assert records.completed_point_ids(store, "it-old") == {(p1.point_id, 0)}
+
+    sweep_id, out = sweep(store, text, resume="latest")
+    assert sweep_id == "it-old"
+    assert "2 of 3 point run(s) to measure (1 already done)" in out
+    rows = {r["point_id"]: r for r in sweep_points(store, sweep_id).to_dict("records")}
+    assert rows[p1.point_id]["status"] == "completed"  # untouched
+    assert rows[p2.point_id]["status"] == "failed_to_start"
+    assert rows[p3.point_id]["status"] == "failed_to_start"
+    assert sweep_record(store, sweep_id)["status"] == "completed"
+    # nothing left: a second resume of the same id measures nothing
+    _, again = sweep(store, text, resume=sweep_id)
+    assert "0 of 3 point run(s) to measure (3 already done)" in again
+
+
+def test_resume_without_an_interrupted_sweep_says_so(store: Store) -> None:
+    from errors import InputError
+
+    with pytest.raises(InputError, match="no interrupted sweep named 'it'"):
+        sweep(store, spec_of('command = "x --port {port}"'), resume="latest")
+
+
+def test_sigterm_stops_the_engine_and_records_the_point_interrupted(tmp_path: Path) -> None:
+    db = f"duckdb:///{tmp_path / 's.duckdb'}"
+    pid_file = tmp_path / "engine.pid"
+    spec = tmp_path / "spec.toml"
+    spec.write_text(
+        spec_of(
+            f'command = "{PY} -c \'import os, time; open(\\"{pid_file}\\", \\"w\\")'
+            ".write(str(os.getpid())); time.sleep(120)'\"\nstartup_timeout_s = 100\n"
+            "stop_timeout_s = 5"
+        )
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cli", "sweep", str(spec), "--db", db, "--quiet"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not pid_file.exists() or not pid_file.read_text():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the engine never started"
+        time.sleep(0.1)
+    engine_pid = int(pid_file.read_text())
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, (out, err)
+    with pytest.raises(ProcessLookupError):  # the engine was stopped with the sweep
+        os.kill(engine_pid, 0)
+    store = open_store(db)
+    try:
+        [sw] = store.read_df("SELECT sweep_id, status FROM sweeps").to_dict("records")
+        assert sw["status"] == "interrupted"
+        [row] = sweep_points(store, sw["sweep_id"]).to_dict("records")
+        assert row["status"] == "interrupted"
+        assert row["ended_at"] is not None
+    finally:
+        store.dispose()
+    assert f"--resume {sw['sweep_id']}" in out
+
+
+def test_dry_run_prints_every_launch_and_stores_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "never.duckdb"
+    example = str(REPO / "examples" / "sim-sweep.toml")
+    rc = cli.main(["sweep", example, "--dry-run", "--db", f"duckdb:///{db}"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert out.count("$ ") == 4
+    assert "-m cli sim --host 127.0.0.1 --port PORT --model llama-3.1-8b" in out
+    assert "capacity search over rate" in out
+    assert "nothing launched, nothing stored" in out
+    assert not db.exists()
+
+
+def test_a_bad_spec_exits_2_and_stores_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = tmp_path / "bad.toml"
+    spec.write_text(spec_of('template = "llamacpp"\nmodel = "m"', grid="block_size = [16, 32]"))
+    db = tmp_path / "never.duckdb"
+    assert cli.main(["sweep", str(spec), "--db", f"duckdb:///{db}"]) == 2
+    err = capsys.readouterr().err
+    assert "the llamacpp template cannot express block_size" in err
+    assert "it accepts: max_batch_size, ctx_size, max_batched_tokens" in err
+    assert not db.exists()
