@@ -29,6 +29,7 @@ PAGES: tuple[PageSpec, ...] = (
     PageSpec("pages/live.py", "Live", ":material/monitor_heart:", "live"),
     PageSpec("pages/data.py", "Data", ":material/database:", "data"),
     PageSpec("pages/compare.py", "Compare", ":material/compare_arrows:", "compare"),
+    PageSpec("pages/tune.py", "Tune", ":material/tune:", "tune"),
     PageSpec("pages/latency.py", "Latency", ":material/timer:", "latency"),
     PageSpec("pages/memory.py", "Memory", ":material/memory:", "memory"),
 )
