@@ -221,3 +221,17 @@ def test_a_sweep_stored_by_the_real_runner_builds_the_view(tmp_path: Path) -> No
         (r["sweep_point"]["point_id"], r["sweep_point"]["repeat"]) for r in runs["client_params"]
     }
     assert tags == {(str(p), 0) for p in completed["point_id"]}
+
+
+def test_the_reads_and_the_view_on_either_dialect(store_url: str) -> None:
+    store_sweep(store_url)
+    s = open_store(store_url)
+    try:
+        assert sweeps_store.sweep_list(s)["sweep_id"].tolist() == [SWEEP, OLD_SWEEP]
+        points = sweeps_store.sweep_points(s, SWEEP)
+        assert points["params"].iloc[0] == {"max_batch_size": 64, "max_batched_tokens": 2048}
+        rec = tune_view(s, TuneSelection()).recommendation
+    finally:
+        s.dispose()
+    assert rec is not None and rec.best is not None and rec.best.point_id == "c"
+    assert rec.explanations[2].ttft_change == pytest.approx(-0.4)
