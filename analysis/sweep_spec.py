@@ -167,6 +167,10 @@ class SweepSpec:
     slo: SloSpec
     repeats: int = 1
     mode: str = "grid"
+    #: catalog names of the GPU and model the efficient mode's prior assumes ([sweep] gpu,
+    #: model; for the sim template its --gpu and model by default)
+    prior_gpu: str | None = None
+    prior_model: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The spec as run (stored in sweeps.spec): JSON-able, env values left out."""
@@ -578,10 +582,23 @@ def parse_spec(text: str, *, env: Mapping[str, str] | None = None) -> SweepSpec:
     load = _load(_table(doc, "load"), grid)
     slo = _slo(_table(doc, "slo"))
     sweep = _table(doc, "sweep", required=False)
-    _unknown(sweep, "[sweep]", ("repeats", "mode"))
+    _unknown(sweep, "[sweep]", ("repeats", "mode", "gpu", "model"))
     mode = sweep.get("mode", "grid")
     if mode not in MODES:
         raise _err("[sweep].mode", f"{mode!r} unknown; accepted: {', '.join(MODES)}")
+    prior_gpu = sweep.get("gpu")
+    prior_model = sweep.get("model")
+    if engine.template == "sim":
+        args = list(engine.args)
+        if prior_gpu is None:
+            prior_gpu = args[args.index("--gpu") + 1] if "--gpu" in args[:-1] else "H100-SXM-80GB"
+        prior_model = prior_model or engine.model
+    if mode == "efficient" and not (prior_gpu and prior_model):
+        raise _err(
+            "[sweep]",
+            "mode efficient orders points by a prior from the performance model: give gpu and "
+            "model (catalog names, seeds/gpus.toml and seeds/models.toml)",
+        )
     return SweepSpec(
         name=name,
         engine=engine,
@@ -590,6 +607,8 @@ def parse_spec(text: str, *, env: Mapping[str, str] | None = None) -> SweepSpec:
         slo=slo,
         repeats=_whole(sweep.get("repeats", 1), "[sweep].repeats"),
         mode=mode,
+        prior_gpu=None if prior_gpu is None else _text(prior_gpu, "[sweep].gpu"),
+        prior_model=None if prior_model is None else _text(prior_model, "[sweep].model"),
     )
 
 

@@ -29,8 +29,9 @@ from typing import Any, TextIO
 import pandas as pd
 
 import seeds
-from analysis import engine_series, slo
+from analysis import engine_series, slo, sweep_order
 from analysis.capacity_search import Probe, SearchPlan, next_load, search_result
+from analysis.perf_model import GpuSpec, ModelSpec
 from analysis.sweep_spec import (
     CLIENT_PARAMS,
     Point,
@@ -44,7 +45,7 @@ from collectors import engine_launcher as launcher
 from collectors.endpoint_identity import identify_sync
 from collectors.loadgen.config import BenchConfig
 from collectors.loadgen.runner import BenchInterrupted, run_bench
-from errors import ConfigError, EndpointError, ExitCode, InputError, ServeScopeError
+from errors import ConfigError, EndpointError, ExitCode, InputError
 from services.views.compare import read_rows
 from store import catalog, ingest, runs_table, sample_timelines
 from store import sweep_records as records
@@ -305,6 +306,8 @@ def _measure(
     url: str,
     command: str,
     alive: Callable[[], bool],
+    *,
+    start: float | None = None,
 ) -> PointResult:
     """Run the point's load against ``url``; the capacity figures of the point's row."""
     spec, load = sw.spec, sw.spec.load
@@ -345,7 +348,10 @@ def _measure(
     else:
         assert load.search is not None
         s = load.search
-        plan = SearchPlan(load.kind, s.low, s.high, s.precision, s.max_runs, s.start)
+        first = s.start
+        if first is None and start is not None:  # the efficient mode's calibrated prior
+            first = min(max(start, s.low), s.high)
+        plan = SearchPlan(load.kind, s.low, s.high, s.precision, s.max_runs, first)
         step = 0
         while alive():
             value = next_load(plan, probes)
@@ -389,7 +395,14 @@ def _measure(
     return PointResult(row, run_ids)
 
 
-def run_point(sw: Sweep, point: Point, repeat: int) -> PointResult:
+def run_point(
+    sw: Sweep,
+    point: Point,
+    repeat: int,
+    *,
+    start: float | None = None,
+    prior: float | None = None,
+) -> PointResult:
     """Launch, measure, stop one point (repeat); record it. Failures of the engine are recorded
     and returned; only a stop signal (KeyboardInterrupt) escapes, after the point is recorded
     as interrupted and the engine stopped."""
@@ -403,6 +416,7 @@ def run_point(sw: Sweep, point: Point, repeat: int) -> PointResult:
         "ended_at": None,
         "error": None,
         "log_tail": None,
+        "prior": prior,
     }
     engine: launcher.Engine | None = None
     log_path = sw.log_dir / f"{point.point_id}-r{repeat}.log"
@@ -426,7 +440,7 @@ def run_point(sw: Sweep, point: Point, repeat: int) -> PointResult:
         who = identify_sync(url, timeout_s=5.0)
         if who.framework:
             row |= {"framework": who.framework, "framework_version": who.version}
-        result = _measure(sw, point, repeat, url, command, alive)
+        result = _measure(sw, point, repeat, url, command, alive, start=start)
         row |= result.row
         failure = engine.failure() if engine is not None else None
         if failure is not None:  # it died during the load
@@ -475,26 +489,110 @@ def _close(sw: Sweep, engine: launcher.Engine | None, row: dict[str, Any], log: 
 # --- the sweep ----------------------------------------------------------------------------------
 
 
-def _order(spec: SweepSpec, points: list[Point], say: Callable[[str], None]) -> list[Point]:
-    if spec.mode != "efficient":
-        return points
+def _priors(sw: Sweep, points: Sequence[Point]) -> list[float] | None:
+    """The performance model's capacity prior of each point (analysis.sweep_order), or None
+    (with a note) when it cannot be computed for this workload, GPU or model."""
+    spec = sw.spec
     try:
-        from analysis import sweep_order  # the sample-efficient ordering, when present
-    except ImportError:
-        say("note: mode efficient: analysis.sweep_order is not available; grid order used")
-        return points
-    order = getattr(sweep_order, "order_points", None)
-    if order is None:
-        say("note: mode efficient: analysis.sweep_order.order_points missing; grid order used")
-        return points
-    try:
-        ordered = list(order(points, None))
-    except (TypeError, ValueError, ServeScopeError) as exc:
-        say(f"note: mode efficient: ordering failed ({exc}); grid order used")
-        return points
-    by_id = {p.point_id: p for p in points}
-    result = [by_id.get(getattr(o, "point_id", o), o) for o in ordered]
-    return [p for p in result if isinstance(p, Point)] or points
+        gpu = GpuSpec.from_entry(catalog.get(sw.store, "gpus", str(spec.prior_gpu)))
+        model = ModelSpec.from_entry(catalog.get(sw.store, "models", str(spec.prior_model)))
+        workload = catalog.get(sw.store, "workloads", spec.load.workload)
+        limits = (sw.profile.ttft_ms, sw.profile.tpot_ms, sw.profile.percentile)
+        extra = {} if spec.load.max_tokens is None else {"max_tokens": spec.load.max_tokens}
+        return [
+            sweep_order.prior_capacity({**extra, **p.params}, gpu, model, workload, limits)
+            for p in points
+        ]
+    except (ConfigError, InputError, KeyError, TypeError, ValueError) as exc:
+        sw.say(f"note: mode efficient: no prior ({exc}); every point measured in grid order")
+        return None
+
+
+def _say_row(sw: Sweep, point: Point, repeat: int, row: Mapping[str, Any]) -> None:
+    cap = row.get("capacity")
+    sw.say(
+        f"{point.point_id} {point.label} r{repeat}: {row['status']}"
+        + (f", capacity {cap:.3g}" if cap is not None else "")
+        + (f" — {row['error']}" if row.get("error") else "")
+    )
+
+
+def _grid_loop(sw: Sweep, todo: Sequence[tuple[Point, int]], rows: list[dict[str, Any]]) -> None:
+    for point, repeat in todo:
+        rows.append(run_point(sw, point, repeat).row)
+        _say_row(sw, point, repeat, rows[-1])
+
+
+def _stored_capacities(sw: Sweep, points: Sequence[Point]) -> dict[int, float | None]:
+    """On a resume: the capacity of each point already measured (mean over its completed
+    repeats; None when none completed), by index."""
+    from store.sweeps import sweep_points
+
+    df = sweep_points(sw.store, sw.sweep_id)
+    index = {p.point_id: i for i, p in enumerate(points)}
+    out: dict[int, float | None] = {}
+    for pid, group in df.groupby("point_id"):
+        if pid not in index or not group["status"].isin(list(records.FINAL_STATUSES)).all():
+            continue
+        if (group["status"] == "pruned").all():
+            continue
+        caps = group.loc[group["status"] == "completed", "capacity"].dropna()
+        out[index[str(pid)]] = float(caps.mean()) if not caps.empty else None
+    return out
+
+
+def _efficient_loop(
+    sw: Sweep,
+    points: Sequence[Point],
+    priors: Sequence[float],
+    done: set[tuple[str, int]],
+    rows: list[dict[str, Any]],
+) -> None:
+    """Best prior first; stop when no remaining point can beat the incumbent (the rest are
+    recorded ``pruned``, with their prior and why)."""
+    plan = sweep_order.EfficientPlan.from_priors(priors)
+    measured = _stored_capacities(sw, points)
+    while (i := plan.next_point(measured)) is not None:
+        point = points[i]
+        start = plan.expected(i, measured)
+        caps: list[float] = []
+        for repeat in range(sw.spec.repeats):
+            if (point.point_id, repeat) in done:
+                continue
+            row = run_point(sw, point, repeat, start=start, prior=priors[i]).row
+            rows.append(row)
+            _say_row(sw, point, repeat, row)
+            if row["status"] == "completed" and row.get("capacity") is not None:
+                caps.append(float(row["capacity"]))
+        measured[i] = sum(caps) / len(caps) if caps else None
+    incumbent = plan.incumbent(measured)
+    optimism = plan.optimism(measured)
+    pruned = [i for i in range(len(points)) if i not in measured]
+    for i in pruned:
+        why = (
+            f"pruned: prior {priors[i]:.3g} × (1 + {optimism:.2f}) < incumbent {incumbent[1]:.3g}"
+            if incumbent is not None
+            else "pruned"
+        )
+        for repeat in range(sw.spec.repeats):
+            if (points[i].point_id, repeat) in done:
+                continue
+            row = {
+                "sweep_id": sw.sweep_id,
+                "point_id": points[i].point_id,
+                "repeat": repeat,
+                "params": dict(points[i].params),
+                "status": "pruned",
+                "prior": priors[i],
+                "error": why,
+            }
+            records.record_point(sw.store, row)
+            rows.append(row)
+    runs = sum(int(r.get("runs_used") or 0) for r in rows)
+    sw.say(
+        f"efficient: measured {len(measured)} of {len(points)} points ({runs} load runs now), "
+        f"{len(pruned)} pruned"
+    )
 
 
 def _new_sweep_id(name: str) -> str:
@@ -581,12 +679,8 @@ def run_sweep(
             **({} if resume else {"started_at": time.time()}),
         },
     )
-    todo = [
-        (p, r)
-        for p in _order(spec, points, sw.say)
-        for r in range(spec.repeats)
-        if (p.point_id, r) not in done
-    ]
+    todo = [(p, r) for p in points for r in range(spec.repeats) if (p.point_id, r) not in done]
+    priors = _priors(sw, points) if spec.mode == "efficient" else None
     sw.say(
         f"sweep {sweep_id}: {len(todo)} of {len(points) * spec.repeats} point run(s) to measure"
         + (f" ({len(done)} already done)" if done else "")
@@ -594,14 +688,10 @@ def run_sweep(
     )
     rows: list[dict[str, Any]] = []
     try:
-        for point, repeat in todo:
-            rows.append(run_point(sw, point, repeat).row)
-            last = rows[-1]
-            sw.say(
-                f"{point.point_id} {point.label} r{repeat}: {last['status']}"
-                + (f", capacity {last['capacity']:.3g}" if last.get("capacity") is not None else "")
-                + (f" — {last['error']}" if last.get("error") else "")
-            )
+        if priors is None:
+            _grid_loop(sw, todo, rows)
+        else:
+            _efficient_loop(sw, points, priors, done, rows)
     except KeyboardInterrupt:
         records.finish_sweep(store, sweep_id, "interrupted")
         sw.say(f"sweep {sweep_id} interrupted: resume with --resume {sweep_id}")

@@ -276,3 +276,27 @@ def test_a_bad_spec_exits_2_and_stores_nothing(
     assert "the llamacpp template cannot express block_size" in err
     assert "it accepts: max_batch_size, ctx_size, max_batched_tokens" in err
     assert not db.exists()
+
+
+def test_efficient_mode_measures_the_best_prior_first_and_records_priors(store: Store) -> None:
+    text = (
+        spec_of(
+            'template = "sim"\nmodel = "llama-3.1-8b"\n'
+            'args = ["--time-scale", "4"]\nstartup_timeout_s = 60\nstop_timeout_s = 10',
+            grid="max_batch_size = [1, 2, 64]",
+            load="levels = [2, 8]",
+        )
+        + '\n[sweep]\nmode = "efficient"\n'
+    )
+    sweep_id, out = sweep(store, text)
+    rows = sweep_points(store, sweep_id)
+    assert len(rows) == 3
+    assert rows["prior"].notna().all()
+    ran = rows[rows["status"] != "pruned"].sort_values("started_at")
+    # visited best prior first: the 64-sequence batch has the highest prior
+    assert ran.iloc[0]["params"]["max_batch_size"] == 64
+    priors = {r["params"]["max_batch_size"]: r["prior"] for r in rows.to_dict("records")}
+    assert priors[64] > priors[2] > priors[1]
+    for rec in rows[rows["status"] == "pruned"].to_dict("records"):
+        assert rec["error"].startswith("pruned: prior")
+    assert "efficient: measured" in out
