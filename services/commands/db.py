@@ -1,8 +1,12 @@
-"""``servescope db``: store maintenance — info, runs, migrate, ingest-spool, prepare.
+"""``servescope db``: store maintenance — info, runs, migrate, ingest-spool, prepare; and the
+pinned baselines of ``servescope compare --baseline pinned`` (pin, unpin, pinned).
 
 Exit codes: 0 done; ``errors.ExitCode.PARTIAL`` (1) when the store refused some writes
 (``ingest-spool``: batches kept as ``*.rejected``; ``prepare``: the store stayed locked);
 ``ERROR`` (2) for an unknown run id or a bad ``--limit`` (nothing done).
+
+A pinned baseline is a run tagged ``baseline`` (:data:`PIN_TAG`, visible and editable on the
+Data page); ``db pin`` keeps at most one per (model, gpu_name, workload).
 """
 
 from __future__ import annotations
@@ -10,8 +14,11 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
+
+import pandas as pd
 
 from errors import ExitCode, InputError
 from store import ingest, migrations, runs_table, tables
@@ -24,7 +31,9 @@ _OLD_SPOOL_DIR = Path("data/spool")
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``db`` subcommand and its actions to cli.py's parser."""
-    db = sub.add_parser("db", help="store maintenance: info, runs, migrate, ingest-spool, prepare")
+    db = sub.add_parser(
+        "db", help="store maintenance: info, runs, migrate, ingest-spool, prepare, pin"
+    )
     db.add_argument("--db", help="store URL (default: $SERVESCOPE_DB or the DuckDB file)")
     actions = db.add_subparsers(dest="db_action", required=True)
     actions.add_parser("info", help="print the store URL and row counts per table")
@@ -55,6 +64,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="space-separated run ids (default: every run); an unknown id is an error and "
         "nothing is prepared",
     )
+    pin = actions.add_parser(
+        "pin",
+        help="pin a run as the baseline of its model, GPU and workload (compare --baseline pinned)",
+        description="Mark RUN_ID as the baseline `servescope compare --baseline pinned` uses for "
+        "runs of the same model, GPU and workload (the run's tag `baseline`). One run is pinned "
+        "per combination: pinning another unpins the old one, and says so.",
+    )
+    pin.add_argument("run_id", metavar="RUN_ID")
+    unpin = actions.add_parser("unpin", help="unpin a run pinned as a baseline (db pin)")
+    unpin.add_argument("run_id", metavar="RUN_ID")
+    actions.add_parser(
+        "pinned", help="list the pinned baselines, one per model, GPU and workload (db pin)"
+    )
     db.set_defaults(func=run)
 
 
@@ -69,6 +91,13 @@ def run(args: argparse.Namespace) -> int:
         print_runs(store, args.limit)
     elif args.db_action == "prepare":
         return prepare_runs(store, args.run_ids)
+    elif args.db_action == "pin":
+        for line in pin_run(store, args.run_id):
+            print(line)
+    elif args.db_action == "unpin":
+        print(unpin_run(store, args.run_id))
+    elif args.db_action == "pinned":
+        print_pinned(store)
     else:
         print_info(store)
     return ExitCode.OK
@@ -163,3 +192,129 @@ def print_runs(store: Store, limit: int) -> None:
             f"{int(row.get('requests') or 0):>9,}  {row.get('name') or ''!s}"
         )
     print(f"{len(df)} run(s) shown" + (f" (--limit {limit})" if len(df) == limit else ""))
+
+
+# --- pinned baselines (servescope compare --baseline pinned) -----------------------------------
+
+#: The tag (in ``runs.tags``) that marks a run as the pinned baseline of its combination.
+PIN_TAG = "baseline"
+#: What a pinned baseline stands for: at most one pinned run per these columns' values.
+PIN_KEY = ("model", "gpu_name", "workload")
+
+
+def _value(value: object) -> str | None:
+    if value is None or (isinstance(value, float) and value != value) or value == "":
+        return None
+    return str(value)
+
+
+def pin_key(run: Mapping[str, Any]) -> tuple[str | None, ...]:
+    """A run's (model, gpu_name, workload); None where the run does not say."""
+    return tuple(_value(run.get(c)) for c in PIN_KEY)
+
+
+def describe_key(key: Sequence[str | None]) -> str:
+    """``model=…, gpu=…, workload=…`` ("?" where unknown)."""
+    names = ("model", "gpu", "workload")
+    return ", ".join(f"{n}={v if v is not None else '?'}" for n, v in zip(names, key, strict=True))
+
+
+def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    return [{str(k): v for k, v in rec.items()} for rec in df.to_dict("records")]
+
+
+def pinned_runs(store: Store) -> pd.DataFrame:
+    """The runs tagged :data:`PIN_TAG`, newest first (``runs_table.list_runs`` columns)."""
+    df = runs_table.list_runs(store, limit=None, tag=PIN_TAG)
+    keep = [PIN_TAG in tags for tags in df["tags"]]
+    return df[keep].reset_index(drop=True)
+
+
+def pinned_for(store: Store, run: Mapping[str, Any]) -> str:
+    """The run id pinned for ``run``'s model, GPU and workload. InputError when none is (saying
+    how to pin one) or when several are (their tags were edited by hand)."""
+    key = pin_key(run)
+    df = pinned_runs(store)
+    ids = [str(r["run_id"]) for r in _records(df) if pin_key(r) == key]
+    if ids == [str(run.get("run_id"))]:
+        raise InputError(
+            f"the candidate {ids[0]} is itself the baseline pinned for {describe_key(key)}",
+            hint="compare another run against it, or pin another baseline (`servescope db pin`)",
+        )
+    if not ids:
+        raise InputError(
+            f"no baseline is pinned for {describe_key(key)} (the candidate's)",
+            hint="pin one with `servescope db pin RUN_ID` (a run of that model, GPU and "
+            "workload; `servescope db runs` lists them), or name the baseline run",
+        )
+    if len(ids) > 1:
+        raise InputError(
+            f"{len(ids)} runs are pinned for {describe_key(key)}: {', '.join(ids)}",
+            hint="`servescope db pin RUN_ID` keeps that one pinned and unpins the others",
+        )
+    return ids[0]
+
+
+def _record(store: Store, run_id: str) -> dict[str, Any]:
+    run = runs_table.run_record(store, run_id)
+    if run is None:
+        raise InputError(
+            f"run {run_id!r} is not in {store.url}",
+            hint="`servescope db runs` lists the stored runs",
+        )
+    return run
+
+
+def _tag_list(run: Mapping[str, Any]) -> list[str]:
+    tags = run.get("tags")
+    if isinstance(tags, list):
+        return [str(t) for t in tags]
+    return [str(tags)] if tags else []
+
+
+def pin_run(store: Store, run_id: str) -> list[str]:
+    """``servescope db pin``: tag ``run_id`` :data:`PIN_TAG` after untagging the run(s) pinned
+    for the same model, GPU and workload (first, so that an interruption leaves none pinned
+    rather than two). Returns the lines to print."""
+    run = _record(store, run_id)
+    key = pin_key(run)
+    lines = []
+    for other in _records(pinned_runs(store)):
+        if str(other["run_id"]) == run_id or pin_key(other) != key:
+            continue
+        tags = [t for t in _tag_list(other) if t != PIN_TAG]
+        ingest.update_run(store, str(other["run_id"]), tags=tags)
+        lines.append(f"unpinned {other['run_id']} (the previous baseline for {describe_key(key)})")
+    tags = _tag_list(run)
+    if PIN_TAG in tags:
+        lines.append(f"{run_id} was already pinned as the baseline for {describe_key(key)}")
+        return lines
+    ingest.update_run(store, run_id, tags=[*tags, PIN_TAG])
+    lines.append(f"pinned {run_id} as the baseline for {describe_key(key)}")
+    return lines
+
+
+def unpin_run(store: Store, run_id: str) -> str:
+    """``servescope db unpin``: drop the :data:`PIN_TAG` tag of ``run_id`` (saying so when it
+    was not pinned). Returns the line to print."""
+    run = _record(store, run_id)
+    tags = _tag_list(run)
+    if PIN_TAG not in tags:
+        return f"{run_id} was not pinned (nothing changed)"
+    ingest.update_run(store, run_id, tags=[t for t in tags if t != PIN_TAG])
+    return f"unpinned {run_id} (no baseline is pinned for {describe_key(pin_key(run))} now)"
+
+
+def print_pinned(store: Store) -> None:
+    """``servescope db pinned``: one line per pinned baseline."""
+    df = pinned_runs(store)
+    if df.empty:
+        print(f"no pinned baselines in {store.url} (servescope db pin RUN_ID pins one)")
+        return
+    print(f"{'run_id':<36} {'model':<28} {'gpu':<14} {'workload':<14} name")
+    for row in _records(df):
+        model, gpu, workload = (v if v is not None else "?" for v in pin_key(row))
+        print(
+            f"{row['run_id']!s:<36} {model:<28} {gpu:<14} {workload:<14} {row.get('name') or ''!s}"
+        )
+    print(f"{len(df)} pinned baseline(s)")
