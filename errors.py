@@ -28,8 +28,9 @@ class ExitCode(IntEnum):
     PARTIAL = 1
     #: bad input, unusable endpoint or store: nothing was done (a ServeScopeError)
     ERROR = 2
-    #: a bench run failed (no success, or more failures than --max-error-rate), or a watch
-    #: collected nothing (every scrape of every target failed)
+    #: a bench run failed (no success, or more failures than --max-error-rate), a watch
+    #: collected nothing (every scrape of every target failed), a verify check failed, or
+    #: compare found a significant regression beyond its --fail-on threshold
     FAILED = 3
     #: the store stayed locked: rows were kept in the spool (``servescope db ingest-spool``)
     SPOOLED = 4
