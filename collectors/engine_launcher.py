@@ -276,7 +276,10 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether something listens on ``port`` (a previous engine's connections left in
+    TIME_WAIT do not count: servers bind with SO_REUSEADDR, and so does this check)."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError:

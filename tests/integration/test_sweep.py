@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -51,10 +52,16 @@ def spec_of(engine: str, grid: str = "", load: str = "levels = [4]") -> str:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Store:
+def store(tmp_path: Path) -> Iterator[Store]:
     s = open_store(f"duckdb:///{tmp_path / 's.duckdb'}")
     yield s
     s.dispose()
+
+
+def _status(store: Store, sweep_id: str) -> str:
+    record = sweep_record(store, sweep_id)
+    assert record is not None
+    return str(record["status"])
 
 
 def sweep(store: Store, text: str, **kw: object) -> tuple[str, str]:
@@ -87,7 +94,7 @@ def test_sim_points_are_launched_measured_stopped_and_recorded(store: Store) -> 
     assert ok["capacity_kind"] == "rate"
     assert ok["capacity"] is not None or ok["capacity_note"]
     assert "listening on" in ok["log_tail"]  # the engine's own log, kept
-    assert sweep_record(store, sweep_id)["status"] == "completed"
+    assert _status(store, sweep_id) == "completed"
 
     runs = runs_table.list_runs(store, limit=50)
     mine = [runs_table.run_record(store, r) for r in runs["run_id"]]
@@ -102,7 +109,8 @@ def test_sim_points_are_launched_measured_stopped_and_recorded(store: Store) -> 
         assert run["client_params"]["sweep_point"]["point_id"] == ok["point_id"]
     # every engine was stopped: its port is free again
     port = int(ok["launch_command"].split("--port ")[1].split()[0])
-    with socket.socket() as s:
+    with socket.socket() as s:  # nothing listens (TIME_WAIT connections aside)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(("127.0.0.1", port))
     table = summary_table(store, sweep_id)
     assert "failed_to_start" in table and "completed" in table
@@ -167,7 +175,7 @@ def test_launch_failures_are_recorded_with_their_log_tail(
     assert error in row["error"]
     assert tail in row["log_tail"]
     assert row["launch_command"]
-    assert sweep_record(store, sweep_id)["status"] == "completed"  # the sweep itself ran
+    assert _status(store, sweep_id) == "completed"  # the sweep itself ran
     assert store.read_df("SELECT COUNT(*) AS n FROM runs")["n"][0] == 0
 
 
@@ -196,7 +204,7 @@ def test_resume_measures_only_what_is_left(store: Store) -> None:
     assert rows[p1.point_id]["status"] == "completed"  # untouched
     assert rows[p2.point_id]["status"] == "failed_to_start"
     assert rows[p3.point_id]["status"] == "failed_to_start"
-    assert sweep_record(store, sweep_id)["status"] == "completed"
+    assert _status(store, sweep_id) == "completed"
     # nothing left: a second resume of the same id measures nothing
     _, again = sweep(store, text, resume=sweep_id)
     assert "0 of 3 point run(s) to measure (3 already done)" in again
@@ -300,3 +308,22 @@ def test_efficient_mode_measures_the_best_prior_first_and_records_priors(store: 
     for rec in rows[rows["status"] == "pruned"].to_dict("records"):
         assert rec["error"].startswith("pruned: prior")
     assert "efficient: measured" in out
+
+
+def test_an_endpoint_already_running_sweeps_client_params_only(store: Store) -> None:
+    from sim.engine import EngineConfig
+    from sim.server import start_in_thread
+
+    handle = start_in_thread(EngineConfig.from_names("H100-SXM-80GB", "llama-3.1-8b"), time_scale=4)
+    try:
+        text = spec_of(f'endpoint = "{handle.url}"', grid="max_tokens = [8, 16]")
+        sweep_id, _ = sweep(store, text)
+    finally:
+        handle.stop()
+    rows = sweep_points(store, sweep_id)
+    assert sorted(p["max_tokens"] for p in rows["params"]) == [8, 16]
+    assert set(rows["status"]) == {"completed"}
+    assert set(rows["launch_command"]) == {f"(endpoint {handle.url})"}
+    runs = store.read_df("SELECT client_params, engine_params FROM runs ORDER BY run_id")
+    assert len(runs) == 2
+    assert runs["client_params"].str.contains('"max_tokens": 8').sum() == 1

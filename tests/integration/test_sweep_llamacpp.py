@@ -74,7 +74,8 @@ def test_llamacpp_sweep_launches_measures_and_stops_each_point(
         assert "slot" in rec["log_tail"]  # the server's own log, kept
         # stopped: the port it served on is free again
         port = int(cmd.split("--port ")[1].split()[0])
-        with socket.socket() as s:
+        with socket.socket() as s:  # nothing listens (TIME_WAIT connections aside)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             s.bind(("127.0.0.1", port))
     assert len(runs) == 8  # 4 points × 2 load levels
     assert set(runs["sweep_id"]) == {sweep_id}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import textwrap
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -230,7 +231,7 @@ ALL = {
 }
 
 
-def argv(template: str, params: dict[str, object], **kw: object) -> list[str]:
+def argv(template: str, params: Mapping[str, object], **kw: object) -> list[str]:
     plan = render(template=template, command=None, params=params, model="M", port=9000, **kw)  # type: ignore[arg-type]
     return list(plan.argv)
 
