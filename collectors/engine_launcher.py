@@ -8,10 +8,13 @@ after the timeout). Each failure is a :class:`LaunchFailure` carrying the point'
 (``failed_to_start``, ``health_timeout``, ``oom``, ``crashed``), a one-line reason and the log's
 tail (credentials redacted): the sweep records it and goes on.
 
-Templates map the normalised vocabulary (DESIGN §6) to each engine's flags. The flag names were
-read at the source (snapshots of the projects' repositories):
+Templates map the normalised vocabulary (DESIGN §6) to each engine's flags. Where the flag names
+were checked: TGI in launcher/src/main.rs (commit db931fc), trtllm-serve in
+tensorrt_llm/commands/serve.py, llama.cpp in common/arg.cpp, SGLang from launch commands in its
+repository's tests and benchmarks; vLLM's (flags derived from EngineArgs' field names in
+vllm/engine/arg_utils.py) were not re-read here, the snapshot being too large to fetch:
 
-- vLLM ``vllm serve`` (vllm/engine/arg_utils.py, flags derived from EngineArgs' fields):
+- vLLM ``vllm serve`` (vllm/engine/arg_utils.py):
   --max-num-seqs, --gpu-memory-utilization, --max-num-batched-tokens, --block-size,
   --enable-prefix-caching / --no-enable-prefix-caching, --max-model-len, --tensor-parallel-size.
 - SGLang ``python -m sglang.launch_server`` (python/sglang/srt/server_args.py): --model-path,
