@@ -45,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     from services.commands import (
         bench,
         checklist,
+        compare,
         db,
         demo,
         export,
@@ -52,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
         imports,
         quality,
         sim,
+        sweep,
         ui,
         verify,
         watch,
@@ -63,18 +65,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log more (and SQL, with -vv)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # measure, then decide, then look: the order --help lists them
     sim.register(sub)
     bench.register(sub)
+    sweep.register(sub)
     imports.register(sub)
     export.register(sub)
     watch.register(sub)
+    compare.register(sub)
+    verify.register(sub)
+    quality.register(sub)
+    checklist.register(sub)
+    health.register(sub)
     demo.register(sub)
     ui.register(sub)
     db.register(sub)
-    verify.register(sub)
-    quality.register(sub)
-    health.register(sub)
-    checklist.register(sub)
     return parser
 
 
