@@ -41,8 +41,10 @@ ENGINE_PARAM_ALIASES: dict[str, str] = {
     "max_model_len": "max_model_len",
     "context_length": "max_model_len",
     "max_seq_len": "max_model_len",
-    "ctx_size": "max_model_len",
-    "c": "max_model_len",
+    # llama.cpp's -c/--ctx-size is the TOTAL context its -np slots share (each gets ctx_size /
+    # np), not a request's limit: its own key, never max_model_len
+    "ctx_size": "ctx_size",
+    "c": "ctx_size",
     "tensor_parallel": "tensor_parallel",
     "tensor_parallel_size": "tensor_parallel",
     "tp": "tensor_parallel",

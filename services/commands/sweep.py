@@ -45,6 +45,7 @@ from collectors import engine_launcher as launcher
 from collectors.endpoint_identity import identify_sync
 from collectors.loadgen.config import BenchConfig
 from collectors.loadgen.runner import BenchInterrupted, run_bench
+from collectors.loadgen.workloads import parse_workload
 from errors import ConfigError, EndpointError, ExitCode, InputError
 from services.views.compare import read_rows
 from store import catalog, ingest, runs_table, sample_timelines
@@ -125,14 +126,11 @@ def launch_plan(spec: SweepSpec, point: Point, port: int | str) -> launcher.Laun
 def stored_engine_params(spec: SweepSpec, point: Point) -> dict[str, Any]:
     """runs.engine_params of a point's runs: its engine params in the normalised vocabulary.
     llama.cpp's ``ctx_size`` is the TOTAL context of its slots, not a request's limit: it is
-    kept as ``ctx_size_total`` beside ``max_model_len`` = ctx_size / slots (the normaliser of
-    collectors.loadgen.config would otherwise read ctx_size as max_model_len)."""
+    kept as ``ctx_size``, with ``max_model_len`` = ctx_size / slots beside it."""
     params = engine_params(point.params)
-    if "ctx_size" in params:
-        total = int(params.pop("ctx_size"))
-        params["ctx_size_total"] = total
-        slots = params.get("max_batch_size")
-        if spec.engine.template == "llamacpp" and isinstance(slots, int) and slots > 0:
+    total, slots = params.get("ctx_size"), params.get("max_batch_size")
+    if spec.engine.template == "llamacpp" and isinstance(total, int) and isinstance(slots, int):
+        if slots > 0:
             params.setdefault("max_model_len", total // slots)
     return params
 
@@ -489,6 +487,20 @@ def _close(sw: Sweep, engine: launcher.Engine | None, row: dict[str, Any], log: 
 # --- the sweep ----------------------------------------------------------------------------------
 
 
+def prior_lengths(entry: Mapping[str, Any]) -> dict[str, float]:
+    """A workload catalog entry as the prior reads it: the expected input and output lengths,
+    weighted over a mixture's shapes (``mixed``), and the shared prefix's expected length."""
+    w = parse_workload(entry)
+    total = sum(s.weight for s in w.shapes)
+    out = {
+        "input_tokens": sum(s.weight * s.input.expected for s in w.shapes) / total,
+        "output_tokens": sum(s.weight * s.output.expected for s in w.shapes) / total,
+    }
+    if w.prefix_tokens is not None:
+        out["prefix_tokens"] = w.prefix_tokens.expected
+    return out
+
+
 def _priors(sw: Sweep, points: Sequence[Point]) -> list[float] | None:
     """The performance model's capacity prior of each point (analysis.sweep_order), or None
     (with a note) when it cannot be computed for this workload, GPU or model."""
@@ -496,7 +508,7 @@ def _priors(sw: Sweep, points: Sequence[Point]) -> list[float] | None:
     try:
         gpu = GpuSpec.from_entry(catalog.get(sw.store, "gpus", str(spec.prior_gpu)))
         model = ModelSpec.from_entry(catalog.get(sw.store, "models", str(spec.prior_model)))
-        workload = catalog.get(sw.store, "workloads", spec.load.workload)
+        workload = prior_lengths(catalog.get(sw.store, "workloads", spec.load.workload))
         limits = (sw.profile.ttft_ms, sw.profile.tpot_ms, sw.profile.percentile)
         extra = {} if spec.load.max_tokens is None else {"max_tokens": spec.load.max_tokens}
         return [

@@ -83,4 +83,4 @@ def test_llamacpp_sweep_launches_measures_and_stops_each_point(
     assert set(runs["framework"]) == {"llama.cpp"}
     assert runs["client_params"].str.contains('"launch_command"').all()
     # llama.cpp's ctx_size is the slots' total: stored beside the per-request limit
-    assert runs["engine_params"].str.contains('"ctx_size_total"').all()
+    assert runs["engine_params"].str.contains('"ctx_size"').all()

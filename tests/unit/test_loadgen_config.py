@@ -124,6 +124,12 @@ def test_parse_list_and_engine_params() -> None:
         "tensor_parallel": 2,
         "custom_flag": "abc",
     }
+    # llama.cpp's -c is the total context of its -np slots, not one request's limit
+    assert normalise_engine_params(["-c=8192", "-np=4", "--max-model-len=4096"]) == {
+        "ctx_size": 8192,
+        "max_batch_size": 4,
+        "max_model_len": 4096,
+    }
 
 
 def test_urls_and_bodies() -> None:

@@ -358,3 +358,21 @@ def test_oom_is_told_apart_from_a_crash() -> None:
     assert classify_exit("", 137) == "oom"
     assert classify_exit("", -9) == "oom"
     assert classify_exit("Segmentation fault", 139) == "crashed"
+
+
+def test_the_prior_reads_a_mixture_as_its_weighted_expected_lengths() -> None:
+    from services.commands.sweep import prior_lengths
+
+    mixed = {
+        "name": "m",
+        "mix": [
+            {"weight": 3, "input_tokens": 100, "output_tokens": 10},
+            {
+                "weight": 1,
+                "input_tokens": {"dist": "uniform", "min": 200, "max": 600},
+                "output_tokens": 50,
+            },
+        ],
+    }
+    # (3 × 100 + 1 × 400) / 4 = 175 input; (3 × 10 + 1 × 50) / 4 = 20 output
+    assert prior_lengths(mixed) == {"input_tokens": 175.0, "output_tokens": 20.0}
