@@ -805,8 +805,9 @@ def perturbation_shares(
 
     Every non-zero weight is multiplied by an independent factor uniform in ``[1 − spread,
     1 + spread]`` (``numpy.random.default_rng(seed)``; ``0 ≤ spread < 1``); a sample in which k
-    frameworks tie for first (as :func:`rank` rounds totals) counts 1/k for each. Shares sum to 1 over the ranked frameworks (each listed, 0 included); empty when
-    none is ranked. Other arguments as :func:`rank`.
+    frameworks tie for first (as :func:`rank` rounds totals) counts 1/k for each. Shares sum to
+    1 over the ranked frameworks (each listed, 0 included); empty when none is ranked. Other
+    arguments as :func:`rank`.
     """
     if not (0.0 <= spread < 1.0):
         raise ConfigError(f"spread {spread!r} is outside [0, 1); expected e.g. 0.2 (±20 %)")

@@ -129,9 +129,9 @@ def stored_engine_params(spec: SweepSpec, point: Point) -> dict[str, Any]:
     kept as ``ctx_size``, with ``max_model_len`` = ctx_size / slots beside it."""
     params = engine_params(point.params)
     total, slots = params.get("ctx_size"), params.get("max_batch_size")
-    if spec.engine.template == "llamacpp" and isinstance(total, int) and isinstance(slots, int):
-        if slots > 0:
-            params.setdefault("max_model_len", total // slots)
+    llama = spec.engine.template == "llamacpp"
+    if llama and isinstance(total, int) and isinstance(slots, int) and slots > 0:
+        params.setdefault("max_model_len", total // slots)
     return params
 
 
