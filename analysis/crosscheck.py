@@ -16,6 +16,8 @@ from typing import Any, Final
 
 import pandas as pd
 
+from analysis.metrics import finite_number
+
 #: A relative difference above this (1 %) is marked.
 THRESHOLD: Final = 0.01
 
@@ -99,16 +101,6 @@ COUNT_REASON: Final = "ours cover {ours:.0f} successful requests, the tool's {to
 UNKNOWN_REASON: Final = "no known definition difference: check units and which requests count"
 
 
-def _number(value: Any) -> float | None:
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        num = float(value)
-    except (TypeError, ValueError):
-        return None
-    return num if math.isfinite(num) else None
-
-
 def is_aggregates_only(tool_summary: Mapping[str, Any] | None) -> bool:
     """True when the run holds only the tool's aggregates (no per-request rows)."""
     return bool(tool_summary and tool_summary.get("aggregates_only"))
@@ -127,15 +119,15 @@ def our_figures(
     for metric in LATENCY_METRICS:
         prefix = metric.removesuffix("_ms")
         row = itl if metric == "itl_ms" else detail
-        if row is None or not _number(row.get(f"{prefix}_n")):
+        if row is None or not finite_number(row.get(f"{prefix}_n")):
             continue
         for stat in LATENCY_STATS:
-            num = _number(row.get(f"{prefix}_{stat}_ms"))
+            num = finite_number(row.get(f"{prefix}_{stat}_ms"))
             if num is not None:
                 out[f"{metric}.{stat}"] = num
-    has_requests = bool(_number(detail.get("requests")))
+    has_requests = bool(finite_number(detail.get("requests")))
     for theirs, ours in SCALAR_METRICS.items():
-        num = _number(detail.get(ours))
+        num = finite_number(detail.get(ours))
         if num is not None and (has_requests or ours == "duration_s"):
             out[theirs] = num
     return out
@@ -151,11 +143,11 @@ def tool_figures(tool_summary: Mapping[str, Any] | None) -> dict[str, float]:
     for name, value in sorted(metrics.items(), key=lambda item: _order(str(item[0]))):
         if isinstance(value, Mapping):
             for stat in LATENCY_STATS:
-                num = _number(value.get(stat))
+                num = finite_number(value.get(stat))
                 if num is not None:
                     out[f"{name}.{stat}"] = num
         else:
-            num = _number(value)
+            num = finite_number(value)
             if num is not None:
                 out[str(name)] = num
     return out

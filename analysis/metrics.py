@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -231,3 +232,14 @@ def run_summary(
         e2e_ms=dist("e2e_ms"),
         interactivity_tok_s=interactivity_tok_s(tpot.p50),
     )
+
+
+def finite_number(value: Any) -> float | None:
+    """A finite float, or None: missing (None, NA, NaN), infinite, a bool or not a number."""
+    if value is None or value is pd.NA or isinstance(value, bool):
+        return None
+    try:
+        num = float(value)
+    except (TypeError, ValueError):
+        return None
+    return num if math.isfinite(num) else None

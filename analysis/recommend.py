@@ -44,6 +44,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.compare import pareto_front
+from analysis.metrics import finite_number
 
 COMPLETED: Final = "completed"
 #: Statuses of points that failed (the runner's vocabulary, store/schema.py).
@@ -63,17 +64,6 @@ STATUS_TEXT: Final[Mapping[str, str]] = {
 LOWER_BOUND: Final = "no failing load measured"
 #: Capacity units by kind.
 UNITS: Final[Mapping[str, str]] = {"rate": "req/s", "concurrency": "concurrent requests"}
-
-
-def number(value: Any) -> float | None:
-    """A finite float, or None (missing, NaN, infinite, a bool or not a number)."""
-    if value is None or value is pd.NA or isinstance(value, bool):
-        return None
-    try:
-        num = float(value)
-    except (TypeError, ValueError):
-        return None
-    return num if math.isfinite(num) else None
 
 
 def fmt(value: float | None) -> str:
@@ -273,7 +263,7 @@ def _summaries(points: pd.DataFrame) -> list[PointSummary]:
     out = []
     for point_id, reps in order.items():
         done = [r for r in reps if r.get("status") == COMPLETED]
-        caps = [c for c in (number(r.get("capacity")) for r in done) if c is not None]
+        caps = [c for c in (finite_number(r.get("capacity")) for r in done) if c is not None]
         kinds = [str(r.get("capacity_kind") or "") for r in done if r.get("capacity_kind")]
         params = reps[0].get("params")
         failed = next((r for r in reps if r.get("status") in FAILED), None)
@@ -290,21 +280,23 @@ def _summaries(points: pd.DataFrame) -> list[PointSummary]:
                 throughput_per_gpu=_mean(
                     [
                         x
-                        for x in (number(r.get("throughput_per_gpu")) for r in done)
+                        for x in (finite_number(r.get("throughput_per_gpu")) for r in done)
                         if x is not None
                     ]
                 ),
                 tokens_per_s_per_user=_mean(
                     [
                         x
-                        for x in (number(r.get("tokens_per_s_per_user")) for r in done)
+                        for x in (finite_number(r.get("tokens_per_s_per_user")) for r in done)
                         if x is not None
                     ]
                 ),
                 peak_memory_fraction=_highest(
-                    [number(r.get("peak_memory_fraction")) for r in done or reps]
+                    [finite_number(r.get("peak_memory_fraction")) for r in done or reps]
                 ),
-                preemptions_per_1k=_highest([number(r.get("preemptions")) for r in done or reps]),
+                preemptions_per_1k=_highest(
+                    [finite_number(r.get("preemptions")) for r in done or reps]
+                ),
                 error=str((failed or {}).get("error") or "") if not done else "",
                 at_least=bool(caps)
                 and all(str(r.get("capacity_note") or "").startswith(LOWER_BOUND) for r in done),
@@ -390,12 +382,12 @@ def _bucket_dicts(points: pd.DataFrame) -> dict[str, dict[float, dict[str, float
             continue
         per_load = sums.setdefault(str(rec.get("point_id")), {})
         for load, buckets in value.items():
-            lv = number(load)
+            lv = finite_number(load)
             if lv is None or not isinstance(buckets, Mapping):
                 continue
             slot = per_load.setdefault(round(lv, 6), {})
             for bucket, ms in buckets.items():
-                v = number(ms)
+                v = finite_number(ms)
                 if v is not None:
                     slot.setdefault(str(bucket), []).append(v)
     return {

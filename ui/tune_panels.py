@@ -14,7 +14,8 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from analysis.recommend import STATUS_TEXT, UNITS, Recommendation, number
+from analysis.metrics import finite_number
+from analysis.recommend import STATUS_TEXT, UNITS, Recommendation
 from services.views.tune import SWEEP_PARAM, X_PARAM, TuneSelection, TuneView
 from ui import display, state
 
@@ -45,9 +46,9 @@ def show_no_sweeps() -> None:
 
 
 def _when(row: dict[str, Any]) -> str:
-    value = number(row.get("started_at"))
+    value = finite_number(row.get("started_at"))
     if value is None:
-        value = number(row.get("created_at"))
+        value = finite_number(row.get("created_at"))
     if value is None:
         return "not started"
     return dt.datetime.fromtimestamp(value, tz=dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -129,13 +130,13 @@ def points_table(view: TuneView) -> pd.DataFrame:
     summaries = {p.point_id: p for p in rec.points} if rec is not None else {}
     rows = []
     for r in display.records(view.points):
-        cap = number(r.get("capacity"))
+        cap = finite_number(r.get("capacity"))
         kind = str(r.get("capacity_kind") or "")
         unit = UNITS.get(kind, kind)
         if cap is not None and r.get("capacity_interpolated"):
             unit += " (interpolated)"
         summary = summaries.get(str(r["point_id"]))
-        mem = number(r.get("peak_memory_fraction"))
+        mem = finite_number(r.get("peak_memory_fraction"))
         rows.append(
             {
                 "Point": str(r.get("label") or r["point_id"]),
@@ -146,7 +147,7 @@ def points_table(view: TuneView) -> pd.DataFrame:
                 "Unit": unit if cap is not None else "",
                 "Runs used": int(r.get("runs_used") or 0),
                 "Peak memory": "—" if mem is None else f"{mem:.0%}",
-                "Preemptions / 1k": number(r.get("preemptions")),
+                "Preemptions / 1k": finite_number(r.get("preemptions")),
                 "Error": str(r.get("error") or ""),
                 "Note": str(r.get("capacity_note") or ""),
             }

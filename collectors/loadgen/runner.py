@@ -202,19 +202,22 @@ def public_endpoint(endpoint: str) -> str:
     return split_endpoint(endpoint)[0]
 
 
-def _api_key(cfg: BenchConfig, env: Mapping[str, str] | None) -> str | None:
-    if not cfg.api_key_env:
+def api_key_from_env(name: str | None, env: Mapping[str, str] | None = None) -> str | None:
+    """The API key in the environment variable ``name`` (``--api-key-env``; None: no key), from
+    ``env`` (default ``os.environ``); an unset or empty variable is an InputError saying how to
+    set it. bench, verify and quality read their keys here; the key is never stored."""
+    if not name:
         return None
     import os
 
     source = os.environ if env is None else env
-    key = source.get(cfg.api_key_env, "")
+    key = source.get(name, "").strip()
     if not key:
         raise InputError(
-            f"--api-key-env {cfg.api_key_env}: that environment variable is not set or empty",
-            hint=f"export {cfg.api_key_env}=... (the key is sent as a Bearer token, never stored)",
+            f"--api-key-env {name}: that environment variable is not set or empty",
+            hint=f"export {name}=... (the key is sent as a Bearer token, never stored)",
         )
-    return key.strip()
+    return key
 
 
 # --- discovery and calibration --------------------------------------------------------------
@@ -857,7 +860,7 @@ def run_bench(
     if not 0.0 <= max_error_rate <= 1.0:
         raise InputError(f"max_error_rate {max_error_rate!r} is not a fraction between 0 and 1")
     cfg = config.validated()
-    api_key = _api_key(cfg, env)
+    api_key = api_key_from_env(cfg.api_key_env, env)
     outcome = BenchOutcome(store_url=_store_hint(store))
     stopper = StopSignals()
     stopper.install()

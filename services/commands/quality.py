@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 import time
 import uuid
@@ -35,6 +34,7 @@ from analysis.quality import (
 )
 from collectors.endpoint_identity import EndpointIdentity, identify
 from collectors.loadgen.client import API_PATHS, split_endpoint
+from collectors.loadgen.runner import api_key_from_env
 from collectors.quality_probe import (
     CONCURRENCY,
     MAX_TOKENS,
@@ -129,18 +129,6 @@ class Side:
         if self.precision:
             parts.append(self.precision)
         return " · ".join(parts) + f" · {self.endpoint}"
-
-
-def _api_key(name: str | None) -> str | None:
-    if not name:
-        return None
-    key = os.environ.get(name, "").strip()
-    if not key:
-        raise InputError(
-            f"--api-key-env {name}: that environment variable is not set or empty",
-            hint=f"export {name}=... (the key is sent as a Bearer token, never stored)",
-        )
-    return key
 
 
 def choose_prompts(
@@ -273,7 +261,7 @@ def run(args: argparse.Namespace) -> int:
     prompts = choose_prompts(prompt_set, args.category, args.limit)
     if not args.timeout > 0:
         raise InputError(f"--timeout {args.timeout}: give a number of seconds > 0")
-    key = _api_key(args.api_key_env)
+    key = api_key_from_env(args.api_key_env)
 
     async def identify_both() -> tuple[Side, Side]:
         # both finish before an error is raised: no request is cut off mid-way

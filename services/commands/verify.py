@@ -10,13 +10,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
-import os
 import socket
 import sys
 import time
 import uuid
 from typing import Any
 
+from collectors.loadgen.runner import api_key_from_env
 from errors import EndpointError, ExitCode, InputError
 
 EPILOG = """\
@@ -90,18 +90,6 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     p.set_defaults(func=run)
 
 
-def _api_key(name: str | None) -> str | None:
-    if not name:
-        return None
-    key = os.environ.get(name, "").strip()
-    if not key:
-        raise InputError(
-            f"--api-key-env {name}: that environment variable is not set or empty",
-            hint=f"export {name}=... (the key is sent as a Bearer token, never stored)",
-        )
-    return key
-
-
 def _print(result: Any, verbose: bool, secrets: tuple[str, ...]) -> None:
     from collectors.redact import redact
 
@@ -127,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
     if args.timeout is None or not args.timeout > 0:
         raise InputError(f"--timeout must be > 0 seconds, got {args.timeout}")
     apis = ("chat", "completions") if args.api == "both" else (args.api,)
-    key = _api_key(args.api_key_env)
+    key = api_key_from_env(args.api_key_env)
     base, query, creds = split_endpoint(args.endpoint)
     secrets = tuple(s for s in (key, creds[1] if creds else None) if s)
     headers: dict[str, str] = {}

@@ -25,6 +25,7 @@ from typing import Any, Final
 import pandas as pd
 
 from analysis import checklist, slo
+from analysis.metrics import finite_number
 from errors import ConfigError
 from services.commands import slo_profiles
 from services.views import compare as compare_view
@@ -362,7 +363,7 @@ def _with_capacity(
         if len(rows) and "goodput" in rows
         else None
     )
-    ev = replace(ev, runs=len(runs), goodput=_num(goodput))
+    ev = replace(ev, runs=len(runs), goodput=finite_number(goodput))
     if best is not None:
         ev = replace(
             ev,
@@ -372,16 +373,6 @@ def _with_capacity(
             capacity_note=best[3],
         )
     return ev
-
-
-def _num(value: Any) -> float | None:
-    if value is None:
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
 
 
 def _latest_by_framework(
@@ -412,7 +403,8 @@ def score_table(
     measured = {
         "slo_capacity": {n: e.capacity for n, e in evidence.items()},
         "quality_retention": {
-            n: _num(e.quality.get("retention")) if e.quality else None for n, e in evidence.items()
+            n: finite_number(e.quality.get("retention")) if e.quality else None
+            for n, e in evidence.items()
         },
         "verification": {n: _pass_share(e.verification) for n, e in evidence.items()},
     }
@@ -430,7 +422,10 @@ def score_table(
 def _pass_share(verification: Mapping[str, Any] | None) -> float | None:
     if not verification:
         return None
-    passed, failed = _num(verification.get("passed")), _num(verification.get("failed"))
+    passed, failed = (
+        finite_number(verification.get("passed")),
+        finite_number(verification.get("failed")),
+    )
     if passed is None or failed is None or passed + failed <= 0:
         return None
     return passed / (passed + failed)

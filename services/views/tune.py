@@ -29,6 +29,7 @@ from typing import Any, Final
 import pandas as pd
 
 from analysis import buckets, recommend, slo
+from analysis.metrics import finite_number
 from errors import ConfigError, InputError
 from services.commands import slo_profiles
 from store import request_stats, runs_table
@@ -178,7 +179,7 @@ def _spec_number(spec: Any, key: str) -> float | None:
         return None
     for where in (spec, spec.get("guard_rails")):
         if isinstance(where, Mapping) and key in where:
-            value = recommend.number(where.get(key))
+            value = finite_number(where.get(key))
             if value is not None:
                 return value
     return None
@@ -234,12 +235,12 @@ def _sweep_point(client: Mapping[str, Any]) -> tuple[str, int]:
     {sweep_id, point_id, repeat, params}, or a bare point id beside ``sweep_repeat``."""
     tag = client.get("sweep_point")
     if isinstance(tag, Mapping):
-        return str(tag.get("point_id")), int(recommend.number(tag.get("repeat")) or 0)
-    return str(tag), int(recommend.number(client.get("sweep_repeat")) or 0)
+        return str(tag.get("point_id")), int(finite_number(tag.get("repeat")) or 0)
+    return str(tag), int(finite_number(client.get("sweep_repeat")) or 0)
 
 
 def _load(run: Mapping[str, Any]) -> tuple[float | None, str]:
-    conc, rate = recommend.number(run.get("concurrency")), recommend.number(run.get("target_rate"))
+    conc, rate = finite_number(run.get("concurrency")), finite_number(run.get("target_rate"))
     if conc is not None and (run.get("arrival") in (None, "concurrency") or rate is None):
         return conc, "concurrency"
     return rate, "rate" if rate is not None else ""
@@ -250,9 +251,7 @@ def _at_capacity(probes: Sequence[Mapping[str, Any]]) -> str | None:
     passing = [
         p
         for p in probes
-        if p.get("passed") is True
-        and p.get("run_id")
-        and recommend.number(p.get("load")) is not None
+        if p.get("passed") is True and p.get("run_id") and finite_number(p.get("load")) is not None
     ]
     if not passing:
         return None
@@ -291,12 +290,12 @@ def sweep_figures(store: Store, sweep_id: str, points: pd.DataFrame) -> pd.DataF
     known = True
     for run_id in at_cap:
         fig = figures.get(run_id or "", {})
-        value = recommend.number(fig.get("output_throughput_per_gpu"))
+        value = finite_number(fig.get("output_throughput_per_gpu"))
         if value is None and fig:
-            value = recommend.number(fig.get("output_throughput"))
+            value = finite_number(fig.get("output_throughput"))
             known = known and value is None
         per_gpu.append(math.nan if value is None else value)
-        tpot = recommend.number(fig.get("tpot_p50_ms"))
+        tpot = finite_number(fig.get("tpot_p50_ms"))
         per_user.append(1000.0 / tpot if tpot else math.nan)
     out["throughput_per_gpu"] = pd.Series(per_gpu, index=out.index, dtype="float64")
     out["tokens_per_s_per_user"] = pd.Series(per_user, index=out.index, dtype="float64")
@@ -309,7 +308,7 @@ def _bucket_p99(store: Store, run_id: str) -> dict[str, float]:
     labels = buckets.bucket_labels(EDGES)
     out = {}
     for r in _records(rows):
-        p99 = recommend.number(r.get("p99_ms"))
+        p99 = finite_number(r.get("p99_ms"))
         if p99 is not None and int(r.get("n") or 0) >= MIN_BUCKET_SAMPLES:
             out[labels[int(r["bucket"])]] = p99
     return out
@@ -318,7 +317,7 @@ def _bucket_p99(store: Store, run_id: str) -> dict[str, float]:
 def _loads(probes: Sequence[Mapping[str, Any]]) -> dict[float, str]:
     out = {}
     for p in probes:
-        load = recommend.number(p.get("load"))
+        load = finite_number(p.get("load"))
         if load is not None and p.get("run_id"):
             out[round(load, 6)] = str(p["run_id"])
     return out
@@ -392,8 +391,8 @@ def search_curves(points: pd.DataFrame) -> pd.DataFrame:
                     "label": r.get("label") or r["point_id"],
                     "repeat": int(r.get("repeat") or 0),
                     "step": step,
-                    "load": recommend.number(probe.get("load")),
-                    "ratio": recommend.number(probe.get("ratio")),
+                    "load": finite_number(probe.get("load")),
+                    "ratio": finite_number(probe.get("ratio")),
                     "passed": probe.get("passed"),
                     "run_id": probe.get("run_id"),
                 }
