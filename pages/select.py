@@ -36,7 +36,9 @@ with st.expander("Weights", expanded=False, icon=":material/tune:"):
     panels.save_preset_form(view)
 
 st.subheader("Ranking")
-if view.ranking.leader is None:
+if view.problem:
+    st.warning(view.problem)
+elif view.ranking.leader is None:
     st.warning("No framework has every must-have capability: remove one to see a ranking.")
 else:
     panels.show_leader(view)

@@ -115,6 +115,20 @@ class SelectSelection:
     def weight_map(self) -> dict[str, float]:
         return dict(self.weights or ())
 
+    def evidence(self) -> EvidenceSelection:
+        """The part of the selection that reads the store (the rest is pure ranking)."""
+        return EvidenceSelection(model=self.model, gpu=self.gpu, slo=self.slo)
+
+
+@dataclass(frozen=True)
+class EvidenceSelection:
+    """The measured evidence's model, GPU and SLO profile (None: resolved by
+    :func:`select_basis`)."""
+
+    model: str | None = None
+    gpu: str | None = None
+    slo: str | None = None
+
 
 @dataclass(frozen=True)
 class Evidence:
@@ -135,6 +149,28 @@ class Evidence:
     def measured(self) -> bool:
         """Whether anything at all was measured for it."""
         return bool(self.runs or self.verification or self.quality)
+
+
+@dataclass(frozen=True)
+class SelectBasis:
+    """What the Select page reads from the store for one :class:`EvidenceSelection`: the
+    catalogue, every score, the edit history, the presets, the measured evidence and the scores
+    the ranking uses. Moving a weight or a must-have ranks it again without reading the store
+    (:func:`rank_view`)."""
+
+    selection: EvidenceSelection
+    catalog: checklist.Catalog
+    scores: pd.DataFrame
+    history: pd.DataFrame
+    presets: tuple[Mapping[str, Any], ...]
+    tag_labels: Mapping[str, str]
+    profile_names: tuple[str, ...]
+    models: tuple[str, ...]
+    gpus: tuple[str, ...]
+    evidence: Mapping[str, Evidence]
+    scores_used: Mapping[tuple[str, str], float | None]
+    other_frameworks: Mapping[str, int] = field(default_factory=dict)
+    profile_error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -166,6 +202,7 @@ class SelectView:
     shares: Mapping[str, float]
     other_frameworks: Mapping[str, int] = field(default_factory=dict)
     profile_error: str | None = None
+    problem: str | None = None  # why there is no ranking (every weight at 0)
 
     def framework_label(self, name: str) -> str:
         """A framework's display name."""
@@ -179,8 +216,15 @@ class SelectView:
 
 
 def select_view(store: Store, selection: SelectSelection) -> SelectView:
-    """The Select page for ``selection``: the checklist from the store (seeded, plus the user's
-    edits and presets), the measured evidence, the ranking and its sensitivity."""
+    """The Select page for ``selection``: :func:`select_basis` (the store's part) ranked by
+    :func:`rank_view`."""
+    return rank_view(select_basis(store, selection.evidence()), selection)
+
+
+def select_basis(store: Store, selection: EvidenceSelection) -> SelectBasis:
+    """The checklist from the store (seeded, plus the user's edits and presets) and the
+    measured evidence for ``selection`` (None fields: the most measured model and GPU among runs
+    of catalogued frameworks, the default SLO profile)."""
     entries = checklist_store.catalog_entries(store)
     cat = checklist.Catalog.from_entries(
         entries["frameworks"],
@@ -188,25 +232,6 @@ def select_view(store: Store, selection: SelectSelection) -> SelectView:
         entries["framework_scores"],
         entries["weight_presets"],
     )
-    presets = tuple(checklist_store.presets(store))
-    preset_names = [p["name"] for p in presets]
-    preset_name = _resolve(selection.preset, preset_names, DEFAULT_PRESET)
-    preset = next((p for p in cat.presets if p.name == preset_name), None)
-    criteria_names = [c.name for c in cat.criteria]
-    weights = {c: 0.0 for c in criteria_names}
-    if preset is not None:
-        weights.update({k: float(v) for k, v in preset.weights.items()})
-    if selection.weights is not None:
-        asked = {k: v for k, v in selection.weights if k in weights}
-        weights = {c: asked.get(c, 0.0) for c in criteria_names}
-    labels = checklist.tag_labels(cat.criteria)
-    wanted_tags = (
-        selection.must_have
-        if selection.must_have is not None
-        else tuple(preset.must_have if preset else ())
-    )
-    must_have = tuple(t for t in wanted_tags if t in labels)
-
     profiles = slo_profiles.slo_profiles(store)
     profile_names = tuple(profiles)
     slo_name = _resolve(selection.slo, profile_names, DEFAULT_PROFILE)
@@ -229,58 +254,97 @@ def select_view(store: Store, selection: SelectSelection) -> SelectView:
     measured_runs = in_model[in_model["gpu_name"] == gpu] if gpu is not None else in_model
     other = runs[runs["catalogue"].isna()]["framework"].fillna("unknown").astype(str)
     other_counts = {str(k): int(v) for k, v in other.value_counts().items()}
-
     evidence = gather_evidence(store, cat, measured_runs, profile, model)
-    scores_used = score_table(cat, evidence)
-    tags = checklist.tags_by_framework(cat.scores)
-    names = [f.name for f in cat.frameworks]
-    known = cat.known_tags()
-    ranking = checklist.rank(
-        names, scores_used, weights, must_have=must_have, tags=tags, known_tags=known
-    )
-    sensitivity = tuple(
-        checklist.weight_sensitivity(
-            names, scores_used, weights, must_have=must_have, tags=tags, known_tags=known
-        )
-    )
-    shares = checklist.perturbation_shares(
-        names,
-        scores_used,
-        weights,
-        must_have=must_have,
-        tags=tags,
-        known_tags=known,
-        spread=PERTURBATION_SPREAD,
-        samples=PERTURBATION_SAMPLES,
-        seed=0,
-    )
-    resolved = SelectSelection(
-        preset=preset_name,
-        weights=tuple(sorted(weights.items())),
-        must_have=must_have,
-        model=model,
-        gpu=gpu,
-        slo=slo_name,
-    )
-    return SelectView(
-        selection=resolved,
+    return SelectBasis(
+        selection=EvidenceSelection(model=model, gpu=gpu, slo=slo_name),
         catalog=cat,
         scores=checklist_store.scores(store),
         history=checklist_store.score_history(store),
-        presets=presets,
-        weights=weights,
-        must_have=must_have,
-        tag_labels=labels,
+        presets=tuple(checklist_store.presets(store)),
+        tag_labels=checklist.tag_labels(cat.criteria),
         profile_names=profile_names,
         models=tuple(models),
         gpus=tuple(gpus),
         evidence=evidence,
+        scores_used=score_table(cat, evidence),
+        other_frameworks=other_counts,
+        profile_error=profile_error,
+    )
+
+
+def rank_view(basis: SelectBasis, selection: SelectSelection) -> SelectView:
+    """Rank ``basis`` under the selection's preset, weights and must-haves (pure; unknown
+    names fall back to the preset's, as a hand-edited URL should not break the page)."""
+    cat = basis.catalog
+    preset_names = [str(p["name"]) for p in basis.presets]
+    preset_name = _resolve(selection.preset, preset_names, DEFAULT_PRESET)
+    preset = next((p for p in cat.presets if p.name == preset_name), None)
+    criteria_names = [c.name for c in cat.criteria]
+    weights = {c: 0.0 for c in criteria_names}
+    if preset is not None:
+        weights.update({k: float(v) for k, v in preset.weights.items()})
+    if selection.weights is not None:
+        asked = {k: v for k, v in selection.weights if k in weights}
+        weights = {c: asked.get(c, 0.0) for c in criteria_names}
+    labels = basis.tag_labels
+    wanted_tags = (
+        selection.must_have
+        if selection.must_have is not None
+        else tuple(preset.must_have if preset else ())
+    )
+    must_have = tuple(t for t in wanted_tags if t in labels)
+    scores_used = basis.scores_used
+    tags = checklist.tags_by_framework(cat.scores)
+    names = [f.name for f in cat.frameworks]
+    known = cat.known_tags()
+    problem = None
+    if not any(w > 0 for w in weights.values()):
+        problem = "Every weight is 0: give at least one criterion a weight to rank."
+        ranking = checklist.Ranking(rows=(), must_have=must_have)
+        sensitivity: tuple[checklist.WeightRange, ...] = ()
+        shares: dict[str, float] = {}
+    else:
+        kwargs: dict[str, Any] = {"must_have": must_have, "tags": tags, "known_tags": known}
+        ranking = checklist.rank(names, scores_used, weights, **kwargs)
+        sensitivity = tuple(checklist.weight_sensitivity(names, scores_used, weights, **kwargs))
+        shares = checklist.perturbation_shares(
+            names,
+            scores_used,
+            weights,
+            spread=PERTURBATION_SPREAD,
+            samples=PERTURBATION_SAMPLES,
+            seed=0,
+            **kwargs,
+        )
+    ev = basis.selection
+    resolved = SelectSelection(
+        preset=preset_name,
+        weights=tuple(sorted(weights.items())),
+        must_have=must_have,
+        model=ev.model,
+        gpu=ev.gpu,
+        slo=ev.slo,
+    )
+    return SelectView(
+        selection=resolved,
+        catalog=cat,
+        scores=basis.scores,
+        history=basis.history,
+        presets=basis.presets,
+        weights=weights,
+        must_have=must_have,
+        tag_labels=labels,
+        profile_names=basis.profile_names,
+        models=basis.models,
+        gpus=basis.gpus,
+        evidence=basis.evidence,
         scores_used=scores_used,
         ranking=ranking,
         sensitivity=sensitivity,
         shares=shares,
-        other_frameworks=other_counts,
-        profile_error=profile_error,
+        other_frameworks=basis.other_frameworks,
+        profile_error=basis.profile_error,
+        problem=problem,
     )
 
 

@@ -250,3 +250,24 @@ def test_a_user_preset_is_validated_and_then_offered(store: Store) -> None:
 def test_weights_in_the_url() -> None:
     assert parse_weights("b:2,a:0.5,bad,c:-1,d:x") == (("a", 0.5), ("b", 2.0))
     assert parse_weights("") is None and parse_weights("nonsense") is None
+
+
+def test_every_weight_at_zero_is_a_message_not_an_error(store: Store) -> None:
+    view = select_view(store, SelectSelection(weights=(("licence", 0.0),)))
+    assert view.problem is not None and "Every weight is 0" in view.problem
+    assert view.ranking.rows == () and view.shares == {} and view.sensitivity == ()
+
+
+def test_ranking_again_reads_nothing(store: Store) -> None:
+    """Moving a weight ranks the same basis again (the page caches the basis only)."""
+    from services.views.select import EvidenceSelection, rank_view, select_basis
+
+    basis = select_basis(store, EvidenceSelection())
+    store.dispose()  # nothing below may touch the store
+    a = rank_view(basis, SelectSelection())
+    b = rank_view(basis, SelectSelection(weights=(("hardware_breadth", 1.0),)))
+    assert a.selection.preset == b.selection.preset == "online-chat"
+    assert [r.framework for r in b.ranking.rows] == _expected_order(
+        {c["name"]: 0.0 for c in seeds.entries("criteria")} | {"hardware_breadth": 1.0},
+        [f["name"] for f in seeds.entries("frameworks")],
+    )

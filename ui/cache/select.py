@@ -16,8 +16,11 @@ EDITED_BY = "dashboard"
 
 
 def select_view(selection: select.SelectSelection) -> select.SelectView:
-    """The Select page for ``selection`` (``services.views.select.select_view``)."""
-    return cached_view(select.select_view, selection)
+    """The Select page for ``selection``: the store's part (``select_basis``: catalogue,
+    evidence) cached by the evidence selection, ranked here (``rank_view``, pure, a few ms), so
+    that moving a weight or a must-have reads nothing."""
+    basis = cached_view(select.select_basis, selection.evidence())
+    return select.rank_view(basis, selection)
 
 
 def save_score(values: Mapping[str, Any]) -> int:
