@@ -114,9 +114,9 @@ def _llamacpp_version(props: dict[str, Any]) -> str | None:
 
 
 async def _models(
-    client: httpx.AsyncClient, base: str
+    client: httpx.AsyncClient, base: str, query: str
 ) -> tuple[str | None, str | None, int | None]:
-    data = await _get_json(client, f"{base}/v1/models")
+    data = await _get_json(client, f"{base}/v1/models{query}")
     entries = data.get("data") if isinstance(data, dict) else None
     if not isinstance(entries, list) or not entries or not isinstance(entries[0], dict):
         return None, None, None
@@ -131,9 +131,9 @@ async def _models(
     )
 
 
-async def _metrics_engine(client: httpx.AsyncClient, base: str) -> str | None:
+async def _metrics_engine(client: httpx.AsyncClient, base: str, query: str) -> str | None:
     try:
-        resp = await client.get(f"{base}/metrics")
+        resp = await client.get(f"{base}/metrics{query}")
     except httpx.TimeoutException:
         return None
     if resp.status_code != 200:
@@ -146,16 +146,17 @@ async def _metrics_engine(client: httpx.AsyncClient, base: str) -> str | None:
     return METRICS_ENGINE.get(engine) if engine else None
 
 
-async def identify(client: httpx.AsyncClient, base: str) -> EndpointIdentity:
+async def identify(client: httpx.AsyncClient, base: str, query: str = "") -> EndpointIdentity:
     """Ask the endpoint at ``base`` (``http://host:port``, with or without ``/v1``) who it is.
 
-    ``client`` carries the timeout and any credentials. Raises ``EndpointError`` when the
-    endpoint cannot be reached at all (connection refused, DNS); otherwise returns what it could
-    learn, with ``framework`` None when no route named one.
+    ``client`` carries the timeout and any credentials; ``query`` (``?api-version=…``, from the
+    ``--endpoint`` URL) is appended to every probe, as to every request. Raises
+    ``EndpointError`` when the endpoint cannot be reached at all (connection refused, DNS);
+    otherwise returns what it could learn, with ``framework`` None when no route named one.
     """
     base = base_url(base)
     try:
-        model, owned_by, max_len = await _models(client, base)
+        model, owned_by, max_len = await _models(client, base, query)
     except httpx.TransportError as exc:
         raise EndpointError(
             f"cannot reach {base}: {exc.__class__.__name__}: {exc}",
@@ -170,23 +171,23 @@ async def identify(client: httpx.AsyncClient, base: str) -> EndpointIdentity:
     if owner in ("sim", "mock"):
         return found(owner, None, "GET /v1/models (owned_by)")
     try:
-        info = await _get_json(client, f"{base}/get_server_info")
+        info = await _get_json(client, f"{base}/get_server_info{query}")
         if isinstance(info, dict) and _text(info.get("version")):
             return found("sglang", _text(info.get("version")), "GET /get_server_info")
-        info = await _get_json(client, f"{base}/info")
+        info = await _get_json(client, f"{base}/info{query}")
         if isinstance(info, dict) and "model_id" in info and _text(info.get("version")):
             return found("tgi", _text(info.get("version")), "GET /info")
-        props = await _get_json(client, f"{base}/props")
+        props = await _get_json(client, f"{base}/props{query}")
         if isinstance(props, dict) and (
             "build_info" in props or "default_generation_settings" in props
         ):
             return found("llama.cpp", _llamacpp_version(props), "GET /props")
-        info = await _get_json(client, f"{base}/api/version")
+        info = await _get_json(client, f"{base}/api/version{query}")
         if isinstance(info, dict) and _text(info.get("version")):
             return found("ollama", _text(info.get("version")), "GET /api/version")
-        info = await _get_json(client, f"{base}/version")
+        info = await _get_json(client, f"{base}/version{query}")
         version = _text(info.get("version")) if isinstance(info, dict) else None
-        engine = await _metrics_engine(client, base)
+        engine = await _metrics_engine(client, base, query)
         if version and owner in ("vllm", "tensorrt-llm", "lmdeploy", "sglang"):
             return found(owner, version, "GET /version")
         if version and engine in ("vllm", "tensorrt-llm"):
@@ -207,6 +208,7 @@ def identify_sync(
     base: str,
     *,
     headers: dict[str, str] | None = None,
+    query: str = "",
     timeout_s: float = 3.0,
     transport: httpx.AsyncBaseTransport | None = None,
 ) -> EndpointIdentity:
@@ -216,6 +218,6 @@ def identify_sync(
         async with httpx.AsyncClient(
             timeout=timeout_s, headers=headers, transport=transport
         ) as client:
-            return await identify(client, base)
+            return await identify(client, base, query)
 
     return asyncio.run(run())

@@ -371,7 +371,7 @@ async def _identify(ep: HttpxEndpoint) -> EndpointIdentity:
     own client (its transport and credentials); unknown when it will not say in time."""
     try:
         async with asyncio.timeout(IDENTIFY_TIMEOUT_S):
-            return await identify(ep.client, ep.base)
+            return await identify(ep.client, ep.base, ep.query)
     except (EndpointError, httpx.HTTPError, TimeoutError, ValueError):
         return EndpointIdentity(None, None, None)
 

@@ -162,7 +162,7 @@ async def _identify(
     public, query, auth = split_endpoint(url)
     async with _client(key, auth, IDENTIFY_TIMEOUT_S) as client:
         try:
-            identity = await identify(client, public)
+            identity = await identify(client, public, query)
         except EndpointError as exc:
             raise EndpointError(f"{role}: {exc.message}", hint=exc.hint) from None
     chosen = model or identity.model

@@ -135,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
 
     async def who() -> EndpointIdentity:
         async with client() as c:
-            return await identify(c, base)
+            return await identify(c, base, query)
 
     identity = asyncio.run(who())  # unreachable: EndpointError, before anything is opened
     model = args.model or identity.model

@@ -178,7 +178,8 @@ def test_every_request_is_accounted_for_and_no_secret_is_kept(
     truth = server.stats()
     reqs = check_accounting(store, run_id, truth)
     assert truth["actions"] == {"ok": REQUESTS // 2, mode.split(":")[0]: REQUESTS // 2}
-    assert truth["queries"] == {QUERY: REQUESTS + 1}  # every request kept it (+ /v1/models)
+    # every request kept it (+ /v1/models twice: model discovery and the identity probe)
+    assert truth["queries"] == {QUERY: REQUESTS + 2}
     good = reqs[reqs.seq % 2 == 0]  # the script's "ok" turns (one stream: in order)
     bad = reqs[reqs.seq % 2 == 1]
     assert set(good.status) == {"ok"} and set(good.chunks) == {4}
