@@ -20,17 +20,35 @@ Prints, per repeat and as medians: grid size, runs used by each mode, the best p
 their capacities, and whether they agree (same point, or capacities within 5 %).
 
     .venv/bin/python bench/sweep_efficiency.py [--repeats 5] [--requests 400]
+
+**--runner**: the same question through the real sweep runner. ``servescope sweep`` (via
+``cli.main``) runs one sim spec (:data:`RUNNER_SPEC`, written to a temporary folder) twice into a
+temporary DuckDB store — ``mode = "grid"``, then ``mode = "efficient"`` — launching a
+``servescope sim`` engine per point and measuring each point's SLO capacity over HTTP with the
+load generator. Then it reads the stored points (``store.sweeps.sweep_points``) and the
+recommendations (``services.views.tune.recommendation_for``) and prints the load runs of each
+mode (sum of ``runs_used``), their ratio, each recommendation and whether they agree, and each
+mode's wall time. Scenario: llama-3.1-8b on a simulated H100 in real time (``--time-scale 1``),
+``short-in-short-out`` capped at 64 output tokens, SLO ``interactive-chat`` (P99 TTFT ≤ 500 ms,
+TPOT ≤ 50 ms); grid max_batch_size {4, 8, 16} × max_batched_tokens {256, 2048} ×
+kv_memory_fraction {0.3, 0.9} = 12 points (the best is in the last third of the grid order).
+About 14 minutes on 2 shared cores (bench/README.md).
+
+    .venv/bin/python bench/sweep_efficiency.py --runner [--keep DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import itertools
 import math
 import platform
 import random
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -142,11 +160,211 @@ def label(p: Mapping[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in p.items())
 
 
+# --- the real runner (--runner) ---------------------------------------------------------------
+
+RUNNER_GRID = {
+    "max_batch_size": (4, 8, 16),
+    "max_batched_tokens": (256, 2048),
+    "kv_memory_fraction": (0.3, 0.9),
+}
+RUNNER_PRECISION = 0.2
+RUNNER_SPEC = """\
+# bench/sweep_efficiency.py --runner: the sim, grid vs efficient mode (written per run).
+name = "{name}"
+
+[engine]
+template = "sim"
+model = "llama-3.1-8b"
+args = ["--gpu", "H100-SXM-80GB", "--time-scale", "1", "--seed", "0"]
+params = {{ prefix_caching = true }}
+startup_timeout_s = 60
+stop_timeout_s = 10
+
+[grid]
+max_batch_size = [4, 8, 16]
+max_batched_tokens = [256, 2048]
+kv_memory_fraction = [0.3, 0.9]
+
+[load]
+workload = "short-in-short-out"
+kind = "rate"
+search = {{ low = 1, high = 48, precision = {precision}, max_runs = 5 }}
+duration_s = 8
+warmup = 4
+max_tokens = 64
+seed = 7
+
+[slo]
+profile = "interactive-chat"
+
+[sweep]
+repeats = 1
+mode = "{mode}"
+gpu = "H100-SXM-80GB"
+model = "llama-3.1-8b"
+"""
+
+
+def _runner_sweep(folder: Path, url: str, mode: str) -> tuple[str, float, int, str]:
+    """Run the spec in ``mode`` through ``cli.main``; (sweep_id, wall s, exit status, output)."""
+    import cli
+    from store.lifecycle import open_store
+    from store.sweeps import sweep_list
+
+    name = f"sim-efficiency-{mode}"
+    spec = folder / f"{name}.toml"
+    spec.write_text(RUNNER_SPEC.format(name=name, mode=mode, precision=RUNNER_PRECISION))
+    buf = io.StringIO()
+    t0 = time.perf_counter()
+    with contextlib.redirect_stdout(buf):
+        rc = cli.main(["sweep", str(spec), "--db", url, "--quiet"])
+    wall = time.perf_counter() - t0
+    store = open_store(url)
+    try:
+        found = sweep_list(store)
+        sweep_id = str(found.loc[found["name"] == name, "sweep_id"].iloc[0])
+    finally:
+        store.dispose()
+    return sweep_id, wall, rc, buf.getvalue()
+
+
+def _params_key(params: Mapping[str, Any]) -> tuple[Any, ...]:
+    return tuple(params.get(k) for k in RUNNER_GRID)
+
+
+def _grid_label(params: Mapping[str, Any]) -> str:
+    return label({k: params.get(k) for k in RUNNER_GRID})
+
+
+def runner_main(keep: str | None) -> None:
+    from services.views.tune import recommendation_for
+    from store.lifecycle import open_store
+    from store.sweeps import sweep_points
+
+    print(
+        f"machine: {platform.machine()} {cpu_model()}, {os_cpus()} cores, "
+        f"python {platform.python_version()}"
+    )
+    n = math.prod(len(v) for v in RUNNER_GRID.values())
+    print(
+        f"real runner (servescope sweep, sim engines over HTTP): {n} points "
+        f"({' × '.join(f'{k} {list(v)}' for k, v in RUNNER_GRID.items())})"
+    )
+    with contextlib.ExitStack() as stack:
+        if keep:
+            folder = Path(keep)
+            folder.mkdir(parents=True, exist_ok=True)
+        else:
+            folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sweep-eff-")))
+        url = f"duckdb:///{folder / 'store.duckdb'}"
+        out: dict[str, dict[str, Any]] = {}
+        for mode in ("grid", "efficient"):
+            sweep_id, wall, rc, text = _runner_sweep(folder, url, mode)
+            notes = [ln for ln in text.splitlines() if ln.startswith(("efficient:", "note:"))]
+            print(
+                f"{mode}: sweep {sweep_id} exit {rc} in {wall:.0f} s"
+                + "".join(f"\n  {ln}" for ln in notes)
+            )
+            out[mode] = {"sweep_id": sweep_id, "wall": wall}
+        store = open_store(url)
+        try:
+            for res in out.values():
+                df = sweep_points(store, res["sweep_id"])
+                res["points"] = df
+                res["runs"] = int(df["runs_used"].fillna(0).sum())
+                res["measured"] = int((df["status"] != "pruned").sum())
+                res["rec"] = recommendation_for(store, res["sweep_id"])
+        finally:
+            store.dispose()
+    grid, eff = out["grid"], out["efficient"]
+    g_caps = {
+        _params_key(r["params"]): (None if pd_isna(r["capacity"]) else float(r["capacity"]))
+        for r in grid["points"].to_dict("records")
+    }
+    e_rows = {_params_key(r["params"]): r for r in eff["points"].to_dict("records")}
+    head = f"  {'point, in grid order':50s} {'prior':>6s} {'grid':>6s} (runs)  efficient (runs)"
+    print(f"\ncapacities (req/s):\n{head}")
+    for r in grid["points"].to_dict("records"):
+        key = _params_key(r["params"])
+        e = e_rows.get(key, {})
+        prior = e.get("prior")
+        e_cap = e.get("capacity")
+        e_txt = (
+            "pruned"
+            if e.get("status") == "pruned"
+            else f"{fmt_cap(e_cap)} ({int(e.get('runs_used') or 0)})"
+        )
+        print(
+            f"  {_grid_label(r['params']):50s} {fmt_cap(prior):>6s} {fmt_cap(r['capacity']):>6s} "
+            f"({int(r['runs_used'] or 0)})  {e_txt}"
+        )
+    g_best, e_best = grid["rec"].best, eff["rec"].best
+    print(f"\ngrid:      {grid['rec'].headline()}")
+    print(f"efficient: {eff['rec'].headline()}")
+    ratio = eff["runs"] / grid["runs"] if grid["runs"] else math.nan
+    print(
+        f"\nload runs: grid {grid['runs']} ({grid['measured']} points), efficient {eff['runs']} "
+        f"({eff['measured']} points measured, {n - eff['measured']} pruned); "
+        f"efficient / grid = {ratio:.0%} (≤ 40 % required)"
+    )
+    if g_best is None or e_best is None:
+        print("agree: no (a mode has no recommendation)")
+        return
+    same = _params_key(g_best.params) == _params_key(e_best.params)
+    g_cap = g_best.capacity or 0.0
+    e_in_grid = g_caps.get(_params_key(e_best.params)) or 0.0
+    within = g_cap > 0 and e_in_grid >= g_cap * (1.0 - RUNNER_PRECISION)
+    print(
+        f"best: grid {_grid_label(g_best.params)} {g_best.capacity_text} req/s; efficient "
+        f"{_grid_label(e_best.params)} {e_best.capacity_text} req/s (the grid measured it at "
+        f"{e_in_grid:.3g}, {e_in_grid / g_cap:.0%} of its best)"
+        if g_cap
+        else ""
+    )
+    print(
+        f"agree: {'yes' if same or within else 'no'} — "
+        + ("the same point" if same else "different points")
+        + f"; within the search precision ({RUNNER_PRECISION:.0%}): {within}"
+    )
+    print(f"wall time: grid {grid['wall']:.0f} s, efficient {eff['wall']:.0f} s")
+
+
+def cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or ""
+
+
+def os_cpus() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 0
+
+
+def pd_isna(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def fmt_cap(value: Any) -> str:
+    return "—" if pd_isna(value) else f"{float(value):.3g}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--requests", type=int, default=400)
+    ap.add_argument(
+        "--runner",
+        action="store_true",
+        help="measure with the real sweep runner (servescope sweep on the sim), grid vs efficient",
+    )
+    ap.add_argument("--keep", metavar="DIR", help="--runner: keep the spec and store in DIR")
     args = ap.parse_args()
+    if args.runner:
+        runner_main(args.keep)
+        return
     gpu = GpuSpec.from_entry(seeds.entry("gpus", GPU))
     model = ModelSpec.from_entry(seeds.entry("models", MODEL))
     pts = points()
