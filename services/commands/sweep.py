@@ -752,9 +752,11 @@ def headline(store: Store, sweep_id: str) -> str:
 
 
 def exit_status(store: Store, sweep_id: str) -> int:
+    """0 when every point completed (points the efficient mode pruned were decided without
+    running: they are not failures), 1 when some failed, 3 when none completed."""
     from store.sweeps import sweep_points
 
-    statuses = list(sweep_points(store, sweep_id)["status"])
+    statuses = [s for s in sweep_points(store, sweep_id)["status"] if s != "pruned"]
     if statuses and all(s == "completed" for s in statuses):
         return ExitCode.OK
     if any(s == "completed" for s in statuses):

@@ -308,6 +308,11 @@ def test_efficient_mode_measures_the_best_prior_first_and_records_priors(store: 
     for rec in rows[rows["status"] == "pruned"].to_dict("records"):
         assert rec["error"].startswith("pruned: prior")
     assert "efficient: measured" in out
+    # pruned points were decided without running: not failures of the sweep
+    from services.commands.sweep import exit_status
+
+    assert set(ran["status"]) == {"completed"}
+    assert exit_status(store, sweep_id) == 0
 
 
 def test_an_endpoint_already_running_sweeps_client_params_only(store: Store) -> None:
