@@ -127,7 +127,7 @@ def tune_view(store: Store, selection: TuneSelection) -> TuneView:
             rows,
             max_memory_fraction=max_memory,
             max_preemptions_per_1k=max_preemptions,
-            noise=NOISE,
+            noise=search_noise(record.get("spec")),
             slo_name=slo_name,
         )
 
@@ -183,6 +183,15 @@ def _spec_number(spec: Any, key: str) -> float | None:
             if value is not None:
                 return value
     return None
+
+
+def search_noise(spec: Any) -> float:
+    """How close two capacities may be and still be one: :data:`NOISE`, or the capacity
+    search's precision when it is wider (a capacity found to within 20 % cannot tell two points
+    5 % apart)."""
+    search = (spec or {}).get("load", {}).get("search") if isinstance(spec, Mapping) else None
+    precision = finite_number(search.get("precision")) if isinstance(search, Mapping) else None
+    return max(NOISE, precision or 0.0)
 
 
 def guard_rails(spec: Any, profile: slo.SloProfile | None) -> tuple[float | None, float | None]:

@@ -235,3 +235,12 @@ def test_the_reads_and_the_view_on_either_dialect(store_url: str) -> None:
         s.dispose()
     assert rec is not None and rec.best is not None and rec.best.point_id == "c"
     assert rec.explanations[2].ttft_change == pytest.approx(-0.4)
+
+
+def test_two_capacities_within_the_searchs_precision_are_not_told_apart() -> None:
+    from services.views.tune import NOISE, search_noise
+
+    assert search_noise({"load": {"search": {"precision": 0.2}}}) == 0.2
+    assert search_noise({"load": {"search": {"precision": 0.01}}}) == NOISE  # never below it
+    assert search_noise({"load": {"levels": [1, 2]}}) == NOISE  # fixed levels: no search
+    assert search_noise(None) == NOISE
