@@ -85,6 +85,19 @@ def params_label(params: Mapping[str, Any]) -> str:
     return " ".join(f"{k}={value_text(params[k])}" for k in sorted(params))
 
 
+def fixed_params(params: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The parameters every one of several points holds with the same value (a sweep's fixed
+    engine settings); empty for fewer than two points."""
+    if len(params) < 2:
+        return {}
+    first = params[0]
+    return {
+        k: v
+        for k, v in first.items()
+        if all(k in p and value_key(p[k]) == value_key(v) for p in params[1:])
+    }
+
+
 def value_key(value: Any) -> str:
     """A parameter value's identity: ``128`` and ``128.0`` are one value, ``"128"`` another."""
     if isinstance(value, float) and value.is_integer():
@@ -203,6 +216,7 @@ class Recommendation:
     slo_name: str = ""
     noise: float = 0.05
     limits: Mapping[str, float] = field(default_factory=dict)
+    fixed: Mapping[str, Any] = field(default_factory=dict)  # params every point shares
 
     @property
     def unit(self) -> str:
@@ -551,6 +565,11 @@ def recommend(
         summaries = [
             _guard(p, max_memory_fraction, max_preemptions_per_1k) for p in _summaries(points)
         ]
+    fixed = fixed_params([p.params for p in summaries])
+    # points are told apart by what the sweep varied; what every point shares is said once
+    summaries = [
+        _replace(p, params={k: v for k, v in p.params.items() if k not in fixed}) for p in summaries
+    ]
     limits = {
         k: v
         for k, v in (
@@ -590,4 +609,5 @@ def recommend(
         slo_name=slo_name,
         noise=noise,
         limits=limits,
+        fixed=fixed,
     )

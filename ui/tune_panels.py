@@ -15,7 +15,7 @@ import pandas as pd
 import streamlit as st
 
 from analysis.metrics import finite_number
-from analysis.recommend import STATUS_TEXT, UNITS, Recommendation
+from analysis.recommend import STATUS_TEXT, UNITS, Recommendation, value_text
 from services.views.tune import SWEEP_PARAM, X_PARAM, TuneSelection, TuneView
 from ui import display, state
 
@@ -95,6 +95,9 @@ def show_recommendation(rec: Recommendation) -> None:
         st.markdown(
             "\n".join(f"- {display.md_escape(e.sentence)}" for e in rec.explanations),
         )
+    if rec.fixed:
+        fixed = " ".join(f"{k}={value_text(v)}" for k, v in sorted(rec.fixed.items()))
+        st.caption(display.md_escape(f"Every point shares: {fixed}."))
     limits = []
     if "max_memory_fraction" in rec.limits:
         limits.append(f"peak GPU memory ≤ {rec.limits['max_memory_fraction']:.0%}")

@@ -197,3 +197,12 @@ def test_a_capacity_no_load_failed_at_is_a_lower_bound() -> None:
     assert rec.best is not None and rec.best.at_least
     assert rec.headline() == "Recommended: n=1 — SLO capacity ≥ 32 req/s (2 points)"
     assert not rec.points[1].at_least
+
+
+def test_what_every_point_shares_is_said_once_not_in_each_label() -> None:
+    from analysis.recommend import fixed_params
+
+    assert fixed_params([{"a": 1, "b": 0.9}, {"a": 2, "b": 0.9}]) == {"b": 0.9}
+    assert fixed_params([{"a": 1.0}, {"a": 1}]) == {"a": 1.0}  # 1 and 1.0 are one value
+    assert fixed_params([{"a": 1}]) == {}  # one point: nothing to tell apart
+    assert fixed_params([{"a": 1}, {"b": 1}]) == {}
