@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 import sqlalchemy as sa
 
+from analysis.quality import FIGURES  # the summary's headline figures, one definition
 from errors import StoreError
 from store import schema
 
@@ -27,13 +28,6 @@ if TYPE_CHECKING:
 HEADER_COLUMNS: tuple[str, ...] = tuple(c.name for c in schema.quality_runs.columns)
 ANSWER_COLUMNS: tuple[str, ...] = tuple(c.name for c in schema.quality_answers.columns)
 #: the summary's overall figures flattened into ``quality_runs``' columns, each with _lo and _hi
-FIGURES: tuple[str, ...] = (
-    "reference_accuracy",
-    "candidate_accuracy",
-    "agreement",
-    "similarity",
-    "retention",
-)
 FIGURE_COLUMNS: tuple[str, ...] = tuple(
     f"{name}{suffix}" for name in FIGURES for suffix in ("", "_lo", "_hi")
 )
