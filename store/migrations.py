@@ -112,6 +112,35 @@ def _sweep_points(conn: sa.Connection) -> None:
     schema.sweep_points.create(conn, checkfirst=True)
 
 
+_CAPACITY_COLUMNS = {
+    "models": (
+        ("attention", "TEXT"),
+        ("kv_lora_rank", "INTEGER"),
+        ("qk_rope_head_dim", "INTEGER"),
+        ("experts", "INTEGER"),
+        ("experts_per_token", "INTEGER"),
+        ("shared_experts", "INTEGER"),
+        ("expert_params_b", "DOUBLE PRECISION"),
+        ("checked_on", "TEXT"),
+    ),
+    "gpus": (
+        ("kind", "TEXT"),
+        ("vendor", "TEXT"),
+        ("int8_tops", "DOUBLE PRECISION"),
+        ("link_bytes_s", "DOUBLE PRECISION"),
+        ("checked_on", "TEXT"),
+    ),
+}
+
+
+def _capacity_catalogue(conn: sa.Connection) -> None:
+    for table, columns in _CAPACITY_COLUMNS.items():
+        for column, kind in columns:
+            conn.execute(sa.text(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} {kind}"))
+    schema.gpu_prices.create(conn, checkfirst=True)
+    schema.plans.create(conn, checkfirst=True)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     (1, "initial schema", _initial),
     (2, "gpu_samples.mem_reserved_bytes (NVML / DCGM reserved memory)", _gpu_reserved_memory),
@@ -124,6 +153,12 @@ MIGRATIONS: tuple[Migration, ...] = (
         _checklist,
     ),
     (6, "sweeps.spec/mode/started_at/ended_at/host and sweep_points (Tune)", _sweep_points),
+    (
+        7,
+        "models: attention, MLA and MoE fields; gpus: kind, vendor, int8_tops, link_bytes_s; "
+        "gpu_prices and plans (Plan)",
+        _capacity_catalogue,
+    ),
 )
 
 

@@ -207,6 +207,30 @@ sweep_points = sa.Table(
     sa.Column("log_tail", sa.Text),  # the engine's last log lines
 )
 
+# --- Plan (migration 7) ---------------------------------------------------------------------------
+
+gpu_prices = sa.Table(
+    # what the user pays per GPU-hour (never seeded: prices are the user's, set on Plan)
+    "gpu_prices",
+    metadata,
+    sa.Column("gpu", sa.Text, primary_key=True),  # gpus.name
+    sa.Column("usd_per_hour", DOUBLE, nullable=False),
+    sa.Column("note", sa.Text),  # e.g. "3-year reserved, provider X"
+    sa.Column("updated_at", DOUBLE),
+    sa.Column("updated_by", sa.Text),
+)
+
+plans = sa.Table(
+    # a saved capacity plan: its inputs (the result is recomputed from them on read)
+    "plans",
+    metadata,
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("spec", sa.Text, nullable=False),  # JSON: the plan's inputs (services/views/plan)
+    sa.Column("created_at", DOUBLE),
+    sa.Column("updated_at", DOUBLE),
+    sa.Column("created_by", sa.Text),
+)
+
 run_rollups = sa.Table(
     # results computed from a run's rows (its summary, per-bucket percentiles, ...), kept so a
     # cold dashboard does not re-aggregate millions of rows; see store.rollups (migration 3)
@@ -244,6 +268,13 @@ gpus = sa.Table(
     sa.Column("fp8_tflops", DOUBLE),
     sa.Column("sm_count", sa.Integer),
     sa.Column("tdp_w", DOUBLE),
+    # migration 7 (Plan): gpu | cpu (a CPU-only host: memory = system RAM, bandwidth = DRAM's,
+    # *_tflops = its vector/matrix peak) | edge (a system-on-module sharing DRAM with its CPU)
+    sa.Column("kind", sa.Text),
+    sa.Column("vendor", sa.Text),  # NVIDIA | AMD | Intel | ...
+    sa.Column("int8_tops", DOUBLE),  # dense INT8 tensor peak (TOPS); 0 where none
+    sa.Column("link_bytes_s", DOUBLE),  # one-way GPU-GPU bandwidth (NVLink / Infinity Fabric)
+    sa.Column("checked_on", sa.Text),  # YYYY-MM-DD the figures were checked against the source
     *_catalog_columns(),
 )
 
@@ -262,6 +293,15 @@ models = sa.Table(
     sa.Column("vocab_size", sa.Integer),
     sa.Column("context", sa.Integer),
     sa.Column("dtype_bytes", DOUBLE),
+    # migration 7 (Plan): analysis.capacity.ModelShape's attention / MLA / MoE fields
+    sa.Column("attention", sa.Text),  # mha | gqa | mla
+    sa.Column("kv_lora_rank", sa.Integer),  # MLA latent KV dimension (DeepSeek-V3: 512)
+    sa.Column("qk_rope_head_dim", sa.Integer),  # MLA decoupled RoPE key (DeepSeek-V3: 64)
+    sa.Column("experts", sa.Integer),  # routed experts per MoE layer (0: dense)
+    sa.Column("experts_per_token", sa.Integer),  # top-k
+    sa.Column("shared_experts", sa.Integer),
+    sa.Column("expert_params_b", DOUBLE),  # one routed expert, summed over MoE layers (billions)
+    sa.Column("checked_on", sa.Text),
     *_catalog_columns(),
 )
 

@@ -228,8 +228,11 @@ def test_migrations_upgrade_a_version_1_store_keeping_its_runs(tmp_path: Path) -
         conn.execute(sa.text("ALTER TABLE gpu_samples DROP COLUMN mem_reserved_bytes"))
         conn.execute(sa.text("ALTER TABLE runs DROP COLUMN precision"))
         conn.execute(sa.text("ALTER TABLE runs DROP COLUMN kv_cache_dtype"))
-        for table in (*migrations._CHECKLIST_TABLES, "sweep_points"):
+        for table in (*migrations._CHECKLIST_TABLES, "sweep_points", "gpu_prices", "plans"):
             conn.execute(sa.text(f"DROP TABLE {table}"))
+        for table, columns in migrations._CAPACITY_COLUMNS.items():
+            for column, _ in columns:
+                conn.execute(sa.text(f"ALTER TABLE {table} DROP COLUMN {column}"))
         for column in ("spec", "mode", "started_at", "ended_at", "host"):
             conn.execute(sa.text(f"ALTER TABLE sweeps DROP COLUMN {column}"))
         conn.execute(sa.text("ALTER TABLE runs DROP COLUMN data_version"))
@@ -244,9 +247,14 @@ def test_migrations_upgrade_a_version_1_store_keeping_its_runs(tmp_path: Path) -
                 "INSERT INTO requests (run_id, seq, status, ttft_ms) VALUES ('old', 0, 'ok', 7)"
             )
         )
-    assert migrations.migrate(old) == len(migrations.MIGRATIONS) == 6
+    assert migrations.migrate(old) == len(migrations.MIGRATIONS) == 7
     assert sa.inspect(old.engine).has_table("framework_scores")
     assert sa.inspect(old.engine).has_table("sweep_points")
+    assert sa.inspect(old.engine).has_table("plans")
+    assert list(old.read_df("SELECT expert_params_b, kind FROM models, gpus LIMIT 0").columns) == [
+        "expert_params_b",
+        "kind",
+    ]
     with old.connect() as conn:
         conn.execute(sa.text("UPDATE runs SET precision = 'fp8', kv_cache_dtype = 'fp8'"))
     ingest.add_rows(
