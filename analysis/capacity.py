@@ -1,13 +1,16 @@
 """Capacity formulas: weight bytes, KV bytes per token, MoE bytes per decode step, the KV budget
-and the sequences it holds (issue 14, first part). Pure: dataclasses and numbers in and out.
+and the sequences it holds (issue 14). Pure: dataclasses and numbers in and out.
 
-This module holds the *memory* side of the capacity model for the architectures deployed today,
-which ``analysis/perf_model.py`` (dense MHA/GQA only) cannot represent:
+This module holds the *memory* side of the capacity model for the architectures deployed today
+(dense MHA/GQA, mixture-of-experts, multi-head latent attention, quantised weights):
 
-* **Weights by precision** (``PRECISIONS``): FP32 4, FP16/BF16 2, FP8 1, INT8 1 byte per
-  parameter; INT4 0.5 byte plus the group scales of group-wise quantisation (GPTQ/AWQ style: one
-  FP16 scale per ``group_size`` weights → ``scale_bytes / group_size`` bytes per parameter, 2/128 =
-  0.015625 at the common group size 128).
+* **Weights by precision** (``PRECISIONS``, defined once in ``analysis.precision``): FP32 4,
+  FP16/BF16 2, FP8 1, INT8 1 byte per parameter; INT4 0.5 byte plus the group scales of
+  group-wise quantisation (GPTQ/AWQ style: one FP16 scale per ``group_size`` weights →
+  ``scale_bytes / group_size`` bytes per parameter, 2/128 = 0.015625 at the common group size
+  128); MXFP4 / NVFP4 0.5 byte plus their fixed block scales (1/32, 1/16). A checkpoint may store
+  its routed experts in another precision than the rest (``ModelShape.expert_dtype_bytes``;
+  :func:`stored_weight_bytes`).
 * **KV bytes per token**: MHA/GQA store K and V for every KV head of every layer,
   ``2 × layers × kv_heads × head_dim × dtype bytes``, split across tensor-parallel ranks by KV head;
   MLA (DeepSeek-V2/V3) stores one compressed latent plus the decoupled RoPE key per layer,
@@ -18,10 +21,13 @@ which ``analysis/perf_model.py`` (dense MHA/GQA only) cannot represent:
 * **The KV budget** and **max concurrent sequences** in paged blocks, and the project seed's
   **batched-token rule** ``min(B × L, SMs × 2048)``.
 
+:class:`ModelShape` is THE model spec of the project: the catalogue's rows (``seeds/models.toml``
+or the store's ``models`` table) become one through :meth:`ModelShape.from_entry`, and
+``analysis/perf_model.py`` (step times: bandwidth-bound decode, compute-bound prefill, TP
+communication), the simulator and the planner all take it. This module imports nothing from
+``perf_model``; ``perf_model`` builds on it.
+
 Units: parameters in billions (``*_params_b``) as in ``seeds/models.toml``; memory in bytes.
-Step times (bandwidth-bound decode, compute-bound prefill, TP communication) stay in
-``analysis/perf_model.py``; wiring these formulas into it and the simulator is the next part of
-issue 14.
 """
 
 from __future__ import annotations
@@ -31,25 +37,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal, cast
 
-from analysis.perf_model import ModelSpec
+from analysis.precision import BLOCK_SCALED, GROUP_QUANTISED, PRECISION_BYTES
 from errors import ConfigError
 
 Attention = Literal["mha", "gqa", "mla"]
 ATTENTION_KINDS: Final = ("mha", "gqa", "mla")
 
-#: Bytes per parameter of each weight precision, before any quantisation-scale overhead.
-PRECISIONS: Final[Mapping[str, float]] = {
-    "fp32": 4.0,
-    "fp16": 2.0,
-    "bf16": 2.0,
-    "fp8": 1.0,
-    "int8": 1.0,
-    "int4": 0.5,
-}
-#: Precisions stored group-wise (one scale per ``group_size`` weights). INT8 (per-channel scales)
-#: and FP8 (per-tensor, or DeepSeek's 128×128 blocks: 4 B / 16,384 weights) carry scales too
-#: small to count.
-GROUP_QUANTISED: Final = frozenset({"int4"})
+#: Bytes per parameter of each weight precision, before any quantisation-scale overhead (the one
+#: table, ``analysis.precision.PRECISION_BYTES``; repeated here under the name the formulas use).
+PRECISIONS: Final[Mapping[str, float]] = PRECISION_BYTES
 #: Default group size of group-wise INT4 (GPTQ's and AWQ's usual ``group_size = 128``).
 DEFAULT_GROUP_SIZE: Final = 128
 #: Bytes of one group scale (FP16). Asymmetric schemes with a 4-bit zero point per group pass 2.5.
@@ -87,6 +83,12 @@ class ModelShape:
     parameters are ``dense + experts_per_token × expert_params_b``. Construct with either
     expert_params_b or active_params_b (``from_entry`` derives the missing one); given both, they
     must agree within ``ACTIVE_PARAMS_TOLERANCE``.
+
+    Checkpoint: dtype_bytes = bytes per parameter of the published checkpoint (BF16 2, DeepSeek's
+    FP8 1); expert_dtype_bytes = the routed experts' bytes per parameter where the checkpoint
+    stores them differently (gpt-oss: MXFP4 experts, 0.53125 B, beside BF16 attention and
+    embeddings), ``None`` = dtype_bytes. vocab_size, context (max_position_embeddings) and hf_repo
+    as in the catalogue (0 / "" when unknown).
     """
 
     name: str
@@ -104,6 +106,11 @@ class ModelShape:
     experts_per_token: int = 0
     shared_experts: int = 0
     expert_params_b: float = 0.0
+    vocab_size: int = 0
+    context: int = 0
+    dtype_bytes: float = 2.0
+    expert_dtype_bytes: float | None = None
+    hf_repo: str = ""
 
     def __post_init__(self) -> None:
         where = f"model {self.name!r}"
@@ -141,6 +148,18 @@ class ModelShape:
             raise ConfigError(
                 f"{where}: kv_lora_rank / qk_rope_head_dim apply only to attention = 'mla'"
             )
+        if not (math.isfinite(self.dtype_bytes) and self.dtype_bytes > 0):
+            raise ConfigError(
+                f"{where}: dtype_bytes must be a positive number, got {self.dtype_bytes}"
+            )
+        if self.expert_dtype_bytes is not None:
+            if not self.experts:
+                raise ConfigError(f"{where}: expert_dtype_bytes needs experts ≥ 1")
+            if not (math.isfinite(self.expert_dtype_bytes) and self.expert_dtype_bytes > 0):
+                raise ConfigError(
+                    f"{where}: expert_dtype_bytes must be a positive number, got "
+                    f"{self.expert_dtype_bytes}"
+                )
         self._check_moe(where)
 
     def _check_moe(self, where: str) -> None:
@@ -210,8 +229,9 @@ class ModelShape:
 
     @classmethod
     def from_entry(cls, entry: Mapping[str, Any]) -> ModelShape:
-        """Read a ``seeds/models.toml`` entry (today's keys plus the ones above); unknown keys
-        (source, notes, hf_repo …) are ignored.
+        """Read a catalogue entry: a ``seeds/models.toml`` table or a row of the store's
+        ``models`` table. Unknown keys (source, notes, origin …) are ignored, and a key whose
+        value is None (a NULL column) or NaN is read as absent.
 
         attention defaults to ``"mla"`` when kv_lora_rank is present, else ``"mha"`` when
         kv_heads = heads and ``"gqa"`` otherwise. For a MoE entry (``experts`` present) give
@@ -221,15 +241,18 @@ class ModelShape:
         name = entry.get("name")
         if not isinstance(name, str) or not name:
             raise ConfigError(f"model entry without a name: {dict(entry)!r}")
-        r = _EntryReader(entry, f"model {name!r}")
+        present = {k: v for k, v in entry.items() if not _missing(v)}
+        if "params_b" in entry and "params_b" not in present and entry["params_b"] is not None:
+            present["params_b"] = entry["params_b"]  # NaN params_b: say so, not "missing"
+        r = _EntryReader(present, f"model {name!r}")
         params_b = r.number("params_b")
         heads = r.integer("heads")
         kv_heads = r.integer("kv_heads")
         kv_lora_rank = r.integer("kv_lora_rank", 0)
-        raw_attention = entry.get("attention")
+        raw_attention = present.get("attention")
         attention: Attention
         if raw_attention is None:
-            attention = "mla" if "kv_lora_rank" in entry else "mha" if kv_heads == heads else "gqa"
+            attention = "mla" if kv_lora_rank else "mha" if kv_heads == heads else "gqa"
         elif raw_attention in ATTENTION_KINDS:
             attention = cast(Attention, raw_attention)
         else:
@@ -241,7 +264,7 @@ class ModelShape:
         experts = r.integer("experts", 0)
         top_k = r.integer("experts_per_token", 0)
         expert_b = r.optional_number("expert_params_b") or 0.0
-        if experts and "expert_params_b" not in entry:
+        if experts and "expert_params_b" not in present:
             if active is None:
                 raise ConfigError(
                     f"model {name!r}: a mixture-of-experts entry needs expert_params_b or "
@@ -256,7 +279,8 @@ class ModelShape:
                 )
             expert_b = (params_b - active) / (experts - top_k)
         elif active is not None and math.isclose(active, params_b, rel_tol=1e-9):
-            active = None  # today's dense entries repeat params_b as active_params_b
+            active = None  # dense entries repeat params_b as active_params_b
+        hf_repo = present.get("hf_repo", "")
         return cls(
             name=name,
             params_b=params_b,
@@ -273,28 +297,17 @@ class ModelShape:
             experts_per_token=top_k,
             shared_experts=r.integer("shared_experts", 0),
             expert_params_b=expert_b,
+            vocab_size=r.integer("vocab_size", 0),
+            context=r.integer("context", 0),
+            dtype_bytes=r.optional_number("dtype_bytes") or 2.0,
+            expert_dtype_bytes=r.optional_number("expert_dtype_bytes"),
+            hf_repo=hf_repo if isinstance(hf_repo, str) else str(hf_repo),
         )
 
-    @classmethod
-    def from_model_spec(cls, spec: ModelSpec) -> ModelShape:
-        """The shape of a ``perf_model.ModelSpec`` (today's catalogue: dense MHA/GQA only)."""
-        active = spec.active_params_b
-        if active is not None and not math.isclose(active, spec.params_b, rel_tol=1e-9):
-            raise ConfigError(
-                f"model {spec.name!r}: active_params_b {active} < params_b {spec.params_b} "
-                f"describes a mixture of experts, which a ModelSpec cannot (no expert counts)",
-                hint="read the catalogue entry with ModelShape.from_entry",
-            )
-        return cls(
-            name=spec.name,
-            params_b=spec.params_b,
-            layers=spec.layers,
-            hidden_size=spec.hidden_size,
-            heads=spec.heads,
-            kv_heads=spec.kv_heads,
-            head_dim=spec.head_dim,
-            attention="mha" if spec.kv_heads == spec.heads else "gqa",
-        )
+
+def _missing(value: Any) -> bool:
+    """A catalogue value that stands for "not given": None (a NULL column) or NaN."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
 
 
 class _EntryReader:
@@ -344,7 +357,9 @@ def bytes_per_param(
     scale_bytes: float = DEFAULT_SCALE_BYTES,
 ) -> float:
     """Bytes one parameter occupies: ``PRECISIONS[precision]`` plus, for group-wise INT4,
-    ``scale_bytes / group_size`` (one FP16 scale per group: 0.5 + 2/128 = 0.515625 at 128).
+    ``scale_bytes / group_size`` (one FP16 scale per group: 0.5 + 2/128 = 0.515625 at 128), and
+    for the microscaling formats their fixed block scale (MXFP4 0.5 + 1/32 = 0.53125, NVFP4
+    0.5 + 1/16 = 0.5625; group_size and scale_bytes do not apply).
 
     group_size ``None`` counts no scales (per-channel quantisation). Unknown precision: ConfigError.
     """
@@ -354,6 +369,9 @@ def bytes_per_param(
         raise ConfigError(
             f"unknown weight precision {precision!r}; one of {', '.join(PRECISIONS)}"
         ) from None
+    if precision in BLOCK_SCALED:
+        block, scale = BLOCK_SCALED[precision]
+        return base + scale / block
     if precision not in GROUP_QUANTISED or group_size is None:
         return base
     if group_size < 1:
@@ -379,6 +397,42 @@ def weight_bytes(
         * 1e9
         * bytes_per_param(precision, group_size=group_size, scale_bytes=scale_bytes)
     )
+
+
+def stored_weight_bytes(shape: ModelShape, bytes_per_param: float | None = None) -> float:
+    """Bytes of ALL weights with ``bytes_per_param`` for every parameter, or (``None``) as the
+    checkpoint stores them: ``dense part × dtype_bytes + routed experts × expert_dtype_bytes``
+    (``params × dtype_bytes`` when the experts share the checkpoint's dtype)."""
+    if bytes_per_param is not None:
+        return shape.params_b * 1e9 * bytes_per_param
+    if shape.expert_dtype_bytes is None:
+        return shape.params_b * 1e9 * shape.dtype_bytes
+    experts_b = shape.experts * shape.expert_params_b
+    return (shape.dense_params_b * shape.dtype_bytes + experts_b * shape.expert_dtype_bytes) * 1e9
+
+
+def step_weight_bytes(
+    shape: ModelShape, batch_tokens: int, bytes_per_param: float | None = None
+) -> float:
+    """Weight bytes one forward pass over ``batch_tokens`` tokens reads (whole model, all ranks
+    together), bytes per parameter as in :func:`stored_weight_bytes`.
+
+    Dense model: every weight, whatever the batch. MoE: the dense part + ``expected_distinct_
+    experts(E, k, batch_tokens)`` routed experts (batch 1 reads the active parameters; a prefill
+    chunk of thousands of tokens touches every expert, i.e. all the weights).
+    """
+    if not shape.is_moe:
+        return stored_weight_bytes(shape, bytes_per_param)
+    if batch_tokens < 0:
+        raise ValueError(f"batch_tokens must be ≥ 0, got {batch_tokens}")
+    dense_b = shape.dtype_bytes if bytes_per_param is None else bytes_per_param
+    expert_b = bytes_per_param
+    if expert_b is None:
+        expert_b = (
+            shape.dtype_bytes if shape.expert_dtype_bytes is None else shape.expert_dtype_bytes
+        )
+    distinct = expected_distinct_experts(shape.experts, shape.experts_per_token, batch_tokens)
+    return (shape.dense_params_b * dense_b + distinct * shape.expert_params_b * expert_b) * 1e9
 
 
 # ---------------------------------------------------------------------------------------------

@@ -6,6 +6,14 @@ Weights: a dtype (``fp32``, ``bf16``, ``fp16``, ``fp8``, ``fp4`` …), a quantis
 (``int8``, ``int4``, ``w8a8``, ``w4a16`` …) or method (``gptq``, ``awq``, ``bitsandbytes`` …),
 or a GGUF type (``gguf-q4_k_m``; any ``gguf-<type>`` is accepted). KV cache: the engines'
 ``--kv-cache-dtype`` values (``auto`` = the model's own dtype) and llama.cpp's cache types.
+
+The same vocabulary says how many bytes a weight or a KV element takes where that is fixed
+(``PRECISION_BYTES``, ``GROUP_QUANTISED``, ``BLOCK_SCALED``, ``KV_CACHE_BYTES``): the capacity
+formulas (``analysis.capacity``), the step-time physics (``analysis.perf_model``) and the sim's
+``--dtype`` / ``--kv-cache-dtype`` read these tables and nothing else. ``sized_precision`` maps a
+scheme onto the precision that holds its weights (``w4a16``, ``gptq``, ``awq`` → ``int4``;
+``w8a8``, ``w8a16`` → ``int8``); methods without one fixed size (``bitsandbytes``, GGUF k-quants
+…) are refused there with the list of sized ones.
 """
 
 from __future__ import annotations
@@ -53,6 +61,47 @@ KV_CACHE_DTYPES: Final = (
     "q8_0",
     "q4_0",
 )
+
+#: Bytes one weight occupies in each precision whose storage is fixed, before quantisation scales.
+PRECISION_BYTES: Final[Mapping[str, float]] = {
+    "fp32": 4.0,
+    "fp16": 2.0,
+    "bf16": 2.0,
+    "fp8": 1.0,
+    "int8": 1.0,
+    "int4": 0.5,
+    "mxfp4": 0.5,
+    "nvfp4": 0.5,
+}
+#: Precisions stored group-wise with a group size the quantiser chooses (GPTQ/AWQ INT4: one FP16
+#: scale per ``group_size`` weights, usually 128). INT8 (per-channel scales) and FP8 (per-tensor,
+#: or DeepSeek-V3's 128×128 blocks: 4 B per 16,384 weights) carry scales too small to count.
+GROUP_QUANTISED: Final = frozenset({"int4"})
+#: Microscaling formats, whose block and scale the format fixes: (weights per block, scale bytes).
+#: MXFP4 (OCP Microscaling spec v1.0): one E8M0 byte per 32 FP4 weights → 0.53125 B per weight;
+#: NVFP4: one FP8 E4M3 byte per 16 → 0.5625 (its per-tensor FP32 scale is negligible).
+BLOCK_SCALED: Final[Mapping[str, tuple[int, float]]] = {"mxfp4": (32, 1.0), "nvfp4": (16, 1.0)}
+#: Schemes and methods whose weights live in one of the sized precisions.
+SIZED_ALIASES: Final[Mapping[str, str]] = {
+    "w8a8": "int8",
+    "w8a16": "int8",
+    "w4a16": "int4",
+    "w4a8": "int4",
+    "gptq": "int4",
+    "awq": "int4",
+}
+#: Bytes one KV-cache element occupies for each KV dtype but ``auto`` (llama.cpp's q8_0 / q4_0:
+#: blocks of 32 values with one FP16 scale → 34 / 32 and 18 / 32 bytes).
+KV_CACHE_BYTES: Final[Mapping[str, float]] = {
+    "fp16": 2.0,
+    "bf16": 2.0,
+    "fp8": 1.0,
+    "fp8_e4m3": 1.0,
+    "fp8_e5m2": 1.0,
+    "int8": 1.0,
+    "q8_0": 34 / 32,
+    "q4_0": 18 / 32,
+}
 
 _GGUF: Final = re.compile(r"^gguf-[a-z0-9_]+$")
 
@@ -130,6 +179,33 @@ def check_kv_cache_dtype(value: str | None, flag: str = "--kv-cache-dtype") -> s
             hint=f"accepted: {', '.join(KV_CACHE_DTYPES)}",
         )
     return found
+
+
+def sized_precision(value: str, flag: str = "--dtype") -> str:
+    """The sized precision (a key of ``PRECISION_BYTES``) that holds ``value``'s weights:
+    ``value`` in the vocabulary's spelling, schemes mapped by ``SIZED_ALIASES``. InputError when
+    ``value`` is not in the vocabulary or has no fixed size per weight."""
+    found = check_precision(value, flag)
+    assert found is not None
+    sized = SIZED_ALIASES.get(found, found)
+    if sized not in PRECISION_BYTES:
+        raise InputError(
+            f"{flag} {value!r} has no fixed size per weight",
+            hint=f"accepted: {', '.join([*PRECISION_BYTES, *SIZED_ALIASES])}",
+        )
+    return sized
+
+
+def kv_cache_bytes(value: str, flag: str = "--kv-cache-dtype") -> float:
+    """Bytes per KV-cache element of the KV dtype ``value`` (not ``auto``, which is the
+    model's own dtype); InputError naming the accepted values otherwise."""
+    found = check_kv_cache_dtype(value, flag)
+    if found is None or found not in KV_CACHE_BYTES:
+        raise InputError(
+            f"{flag} {value!r} has no fixed size per element",
+            hint=f"accepted: {', '.join(KV_CACHE_BYTES)}",
+        )
+    return KV_CACHE_BYTES[found]
 
 
 def precision_label(precision: Any, kv_cache_dtype: Any) -> str | None:

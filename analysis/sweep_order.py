@@ -14,7 +14,9 @@ be poor. Two things avoid that:
 The prior (per configuration; ``in``/``out`` the workload's mean input/output tokens):
 
 * **KV room**: ``perf_model.kv_capacity_tokens`` of the deployment (tensor_parallel,
-  kv_memory_fraction, block_size, max_batched_tokens; a model that does not fit → 0); with
+  kv_memory_fraction, block_size, max_batched_tokens, and optionally weight_dtype_bytes,
+  kv_dtype_bytes, precision; a model that does not fit → 0; MoE and MLA models through
+  ``analysis.capacity``: all weights held, the experts a step's tokens touch read); with
   ``ctx_size`` (llama.cpp's total context) at most that. A sequence holds on average
   ``in + out/2`` tokens plus half a block of waste, so the KV holds ``B_kv`` sequences; the
   batch is capped at ``B_max = min(max_batch_size, B_kv)``.
@@ -56,15 +58,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from analysis import perf_model
+from analysis import capacity, perf_model
+from analysis.capacity import ModelShape
 from analysis.perf_model import (
     DEFAULT_CALIBRATION,
     Calibration,
     Deployment,
     GpuSpec,
-    ModelSpec,
 )
-from errors import ConfigError
+from analysis.precision import sized_precision
+from errors import ConfigError, InputError
 
 #: z-scores of the percentiles an SLO may target (one-sided normal).
 Z_SCORES: Final[Mapping[float, float]] = {90.0: 1.2816, 95.0: 1.6449, 99.0: 2.3263}
@@ -78,6 +81,11 @@ DEFAULTS: Final[Mapping[str, Any]] = {
     "max_model_len": None,
     "tensor_parallel": 1,
     "ctx_size": None,
+    # the weights' and KV's bytes (None: the checkpoint's, perf_model.Deployment's rules) and the
+    # weight precision's name in analysis.precision (picks the FP8 / INT8 tensor peak)
+    "weight_dtype_bytes": None,
+    "kv_dtype_bytes": None,
+    "precision": None,
 }
 TTFT_TAIL_PER_Z: Final = 0.5
 TPOT_TAIL_PER_Z: Final = 0.1
@@ -101,6 +109,21 @@ def _param(params: Mapping[str, Any], name: str) -> Any:
     return DEFAULTS[name] if value is None else value
 
 
+def _optional_float(params: Mapping[str, Any], name: str) -> float | None:
+    value = _param(params, name)
+    return None if value is None else float(value)
+
+
+def _precision(params: Mapping[str, Any]) -> str | None:
+    value = _param(params, "precision")
+    if value is None:
+        return None
+    try:
+        return sized_precision(str(value), "precision")
+    except InputError as exc:
+        raise ConfigError(exc.message, hint=exc.hint) from None
+
+
 def _z(percentile: float) -> float:
     try:
         return Z_SCORES[float(percentile)]
@@ -113,7 +136,7 @@ def _z(percentile: float) -> float:
 def prior_capacity(
     params: Mapping[str, Any],
     gpu: GpuSpec,
-    model: ModelSpec,
+    model: ModelShape,
     workload: Mapping[str, Any],
     slo: tuple[float | None, float | None, float],
     *,
@@ -140,6 +163,10 @@ def prior_capacity(
     ctx_size = params.get("ctx_size")
     if ctx_size is not None and inp + out > float(ctx_size) / batch:
         return 0.0  # llama.cpp splits its context evenly between its slots
+    precision = _precision(params)
+    wbytes = _optional_float(params, "weight_dtype_bytes")
+    if wbytes is None and precision is not None:
+        wbytes = capacity.bytes_per_param(precision)
     dep = Deployment(
         gpu=gpu,
         model=model,
@@ -148,6 +175,9 @@ def prior_capacity(
         block_size=int(_param(params, "block_size")),
         max_batched_tokens=int(_param(params, "max_batched_tokens")),
         calibration=calibration,
+        weight_dtype_bytes=wbytes,
+        kv_dtype_bytes=_optional_float(params, "kv_dtype_bytes"),
+        weight_precision=precision,
     )
     try:
         kv_tokens = float(perf_model.kv_capacity_tokens(dep))

@@ -59,8 +59,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import seeds
+from analysis.capacity import ModelShape
 from analysis.capacity_search import Probe, SearchPlan, next_load, search_result
-from analysis.perf_model import GpuSpec, ModelSpec
+from analysis.perf_model import GpuSpec
 from analysis.sweep_order import EfficientPlan, prior_capacity
 from sim.engine import Arrival, EngineConfig, simulate
 
@@ -366,7 +367,7 @@ def main() -> None:
         runner_main(args.keep)
         return
     gpu = GpuSpec.from_entry(seeds.entry("gpus", GPU))
-    model = ModelSpec.from_entry(seeds.entry("models", MODEL))
+    model = ModelShape.from_entry(seeds.entry("models", MODEL))
     pts = points()
     t0 = time.perf_counter()
     priors = [prior_capacity(p, gpu, model, WORKLOAD, (TTFT_MS, TPOT_MS, PCT)) for p in pts]

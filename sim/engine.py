@@ -38,7 +38,8 @@ from typing import Protocol
 
 import seeds
 from analysis import perf_model
-from analysis.perf_model import Calibration, Deployment, GpuSpec, ModelSpec
+from analysis.capacity import ModelShape
+from analysis.perf_model import Calibration, Deployment, GpuSpec
 from errors import ConfigError
 
 WAITING = 0
@@ -64,7 +65,7 @@ class EngineConfig:
     """Everything that defines a simulated engine (the normalised engine parameters of §6)."""
 
     gpu: GpuSpec
-    model: ModelSpec
+    model: ModelShape
     tp: int = 1
     max_batch_size: int = 256
     kv_memory_fraction: float = 0.9
@@ -72,7 +73,7 @@ class EngineConfig:
     block_size: int = 16
     prefix_caching: bool = True
     weight_dtype_bytes: float | None = None  # None: the checkpoint dtype
-    kv_dtype_bytes: float | None = None  # None: same as the weights
+    kv_dtype_bytes: float | None = None  # None: perf_model.Deployment.kv_bytes_per_elem
     num_gpu_blocks: int | None = None  # override the computed KV capacity (like vLLM's flag)
     # Admission policy: False = vLLM (allocate blocks as tokens arrive; preempt when they run
     # out); True = TensorRT-LLM's GUARANTEED_NO_EVICT (reserve prompt + max output at admission).
@@ -80,12 +81,13 @@ class EngineConfig:
     calibration: Calibration = field(default_factory=Calibration)
     seed: int = 0
     served_model_name: str | None = None
+    weight_precision: str | None = None  # analysis.precision's name of weight_dtype_bytes
 
     @classmethod
     def from_names(cls, gpu: str, model: str, **kwargs: object) -> EngineConfig:
         """Resolve catalog names (``seeds/``); ConfigError lists the valid names."""
         g = GpuSpec.from_entry(seeds.entry("gpus", gpu))
-        m = ModelSpec.from_entry(seeds.entry("models", model))
+        m = ModelShape.from_entry(seeds.entry("models", model))
         cfg = cls(gpu=g, model=m, **kwargs)  # type: ignore[arg-type]
         cfg.validate()
         return cfg
@@ -105,6 +107,7 @@ class EngineConfig:
             block_size=self.block_size,
             max_batched_tokens=self.max_batched_tokens,
             calibration=self.calibration,
+            weight_precision=self.weight_precision,
         )
 
     def validate(self) -> None:

@@ -231,7 +231,7 @@ def render(
     # --- DCGM-style GPU series (one per GPU of the TP group) ---------------------------------
     dep = sched.dep
     used = (
-        perf_model.weight_bytes(cfg.model, dep.weight_bytes_per_param) / cfg.tp
+        perf_model.deployment_weight_bytes(dep) / cfg.tp
         + perf_model.activation_bytes(cfg.model, cfg.max_batched_tokens, cfg.tp)
         + sched.pool.num_blocks * cfg.block_size * perf_model.kv_bytes_per_token_per_gpu(dep)
     )

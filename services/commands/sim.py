@@ -11,8 +11,7 @@ import contextlib
 import sys
 
 import seeds
-from analysis import perf_model
-from analysis.perf_model import DTYPE_BYTES
+from analysis import capacity, perf_model, precision
 from errors import InputError
 from sim.engine import EngineConfig
 from sim.server import serve
@@ -50,17 +49,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--block-size", type=int, default=16, help="tokens per KV block (default 16)")
     p.add_argument("--prefix-caching", type=_on_off, default=True, help="on|off (default on)")
+    sized = ", ".join([*precision.PRECISION_BYTES, *precision.SIZED_ALIASES])
     p.add_argument(
         "--dtype",
-        choices=["auto", *DTYPE_BYTES],
         default="auto",
-        help="weight dtype (auto: the checkpoint's; fp8 also uses FP8 tensor cores)",
+        help=f"weight precision: auto (the checkpoint's) or one of {sized} (fp8 / int8 also use "
+        "the FP8 / INT8 tensor cores where the GPU has them; int4 counts its group scales)",
     )
     p.add_argument(
         "--kv-cache-dtype",
-        choices=["auto", *DTYPE_BYTES],
         default="auto",
-        help="KV-cache dtype (auto: same as the weights)",
+        help="KV-cache dtype: auto (an fp8/int8/bf16 --dtype, else the model's compute dtype) or "
+        f"one of {', '.join(precision.KV_CACHE_BYTES)}",
     )
     p.add_argument(
         "--num-gpu-blocks", type=int, default=None, help="override the KV capacity in blocks"
@@ -75,7 +75,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> EngineConfig:
-    """The engine configuration the parsed flags describe (ConfigError for unknown names)."""
+    """The engine configuration the parsed flags describe (ConfigError for unknown names,
+    InputError for a --dtype / --kv-cache-dtype outside ``analysis.precision``'s sized ones)."""
+    weights = None if args.dtype == "auto" else precision.sized_precision(args.dtype, "--dtype")
+    kv = args.kv_cache_dtype
+    kv_bytes = None if kv == "auto" else precision.kv_cache_bytes(kv, "--kv-cache-dtype")
     return EngineConfig.from_names(
         args.gpu,
         args.model,
@@ -85,8 +89,9 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
         max_batched_tokens=args.max_batched_tokens,
         block_size=args.block_size,
         prefix_caching=args.prefix_caching,
-        weight_dtype_bytes=None if args.dtype == "auto" else DTYPE_BYTES[args.dtype],
-        kv_dtype_bytes=None if args.kv_cache_dtype == "auto" else DTYPE_BYTES[args.kv_cache_dtype],
+        weight_dtype_bytes=None if weights is None else capacity.bytes_per_param(weights),
+        weight_precision=weights,
+        kv_dtype_bytes=kv_bytes,
         num_gpu_blocks=args.num_gpu_blocks,
         seed=args.seed,
         served_model_name=args.served_model_name,

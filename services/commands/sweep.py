@@ -30,8 +30,9 @@ import pandas as pd
 
 import seeds
 from analysis import engine_series, slo, sweep_order
+from analysis.capacity import ModelShape
 from analysis.capacity_search import Probe, SearchPlan, next_load, search_result
-from analysis.perf_model import GpuSpec, ModelSpec
+from analysis.perf_model import GpuSpec
 from analysis.sweep_spec import (
     CLIENT_PARAMS,
     Point,
@@ -507,7 +508,7 @@ def _priors(sw: Sweep, points: Sequence[Point]) -> list[float] | None:
     spec = sw.spec
     try:
         gpu = GpuSpec.from_entry(catalog.get(sw.store, "gpus", str(spec.prior_gpu)))
-        model = ModelSpec.from_entry(catalog.get(sw.store, "models", str(spec.prior_model)))
+        model = ModelShape.from_entry(catalog.get(sw.store, "models", str(spec.prior_model)))
         workload = prior_lengths(catalog.get(sw.store, "workloads", spec.load.workload))
         limits = (sw.profile.ttft_ms, sw.profile.tpot_ms, sw.profile.percentile)
         extra = {} if spec.load.max_tokens is None else {"max_tokens": spec.load.max_tokens}

@@ -11,7 +11,8 @@ import pytest
 import seeds
 from analysis import calibration_fit as cf
 from analysis import perf_model as pm
-from analysis.perf_model import Calibration, Deployment, GpuSpec, ModelSpec
+from analysis.capacity import ModelShape
+from analysis.perf_model import Calibration, Deployment, GpuSpec
 
 # Known constants, each on the grid below but none equal to the start.
 TRUE = Calibration(
@@ -66,7 +67,7 @@ POINTS = {
 def deployment(p: Point, c: Calibration) -> Deployment:
     return Deployment(
         gpu=GpuSpec.from_entry(seeds.entry("gpus", p.gpu)),
-        model=ModelSpec.from_entry(seeds.entry("models", p.model)),
+        model=ModelShape.from_entry(seeds.entry("models", p.model)),
         tp=p.tp,
         calibration=c,
     )

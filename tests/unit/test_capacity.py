@@ -85,7 +85,7 @@ def shape(entry: dict[str, Any], **changes: Any) -> ModelShape:
 
 
 def seed_shape(name: str) -> ModelShape:
-    return ModelShape.from_model_spec(pm.ModelSpec.from_entry(seeds.entry("models", name)))
+    return ModelShape.from_entry(seeds.entry("models", name))
 
 
 # --- KV bytes per token -------------------------------------------------------------------------
@@ -142,15 +142,27 @@ def test_deepseek_v3_mla_kv_is_latent_plus_rope_and_replicated() -> None:
     assert shape(no_kind).attention == "mla"
 
 
-def test_agrees_with_perf_model_on_every_seed_model() -> None:
+def test_perf_model_uses_the_capacity_formulas_on_every_seed_model() -> None:
     for entry in seeds.entries("models"):
-        spec = pm.ModelSpec.from_entry(entry)
-        a = ModelShape.from_model_spec(spec)
-        assert ModelShape.from_entry(entry) == a, entry["name"]
-        assert not a.is_moe
+        m = ModelShape.from_entry(entry)
         for b in (2.0, 1.0):
-            assert cap.kv_bytes_per_token(a, b) == pm.kv_bytes_per_token(spec, b)
-        assert cap.weight_bytes(a, "bf16") == pm.weight_bytes(spec, 2.0)
+            assert pm.kv_bytes_per_token(m, b) == cap.kv_bytes_per_token(m, b), m.name
+        if m.expert_dtype_bytes is None:
+            assert pm.weight_bytes(m) == pytest.approx(m.params_b * 1e9 * m.dtype_bytes)
+        assert pm.weight_bytes(m, 2.0) == pytest.approx(cap.weight_bytes(m, "bf16"))
+
+
+def test_store_rows_with_null_columns_read_like_the_toml() -> None:
+    # the store's models table returns every column; a dense model's MoE/MLA columns are NULL
+    # (None), and a pandas read turns NULL doubles into NaN
+    columns = ("attention", "kv_lora_rank", "qk_rope_head_dim", "experts", "experts_per_token",
+               "shared_experts", "expert_params_b", "expert_dtype_bytes", "active_params_b",
+               "vocab_size", "context", "hf_repo", "checked_on")  # fmt: skip
+    for entry in seeds.entries("models"):
+        row: dict[str, Any] = {c: None for c in columns} | entry | {"origin": "seed"}
+        assert ModelShape.from_entry(row) == ModelShape.from_entry(entry), entry["name"]
+        nan_row = {k: (math.nan if v is None else v) for k, v in row.items()}
+        assert ModelShape.from_entry(nan_row) == ModelShape.from_entry(entry), entry["name"]
 
 
 # --- weights by precision ------------------------------------------------------------------------
@@ -366,21 +378,6 @@ def test_moe_entry_errors(changes: dict[str, Any], message: str) -> None:
     entry = {k: v for k, v in {**MIXTRAL, **changes}.items() if v is not None}
     with pytest.raises(ConfigError, match=message):
         ModelShape.from_entry(entry)
-
-
-def test_from_model_spec_refuses_a_moe_spec() -> None:
-    spec = pm.ModelSpec(
-        name="moe",
-        params_b=46.7,
-        active_params_b=12.9,
-        layers=32,
-        hidden_size=4096,
-        heads=32,
-        kv_heads=8,
-        head_dim=128,
-    )
-    with pytest.raises(ConfigError, match=r"ModelShape\.from_entry"):
-        ModelShape.from_model_spec(spec)
 
 
 def test_shape_is_frozen_and_hashable() -> None:

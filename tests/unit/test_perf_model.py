@@ -8,7 +8,8 @@ import pytest
 
 import seeds
 from analysis import perf_model as pm
-from analysis.perf_model import Calibration, Deployment, GpuSpec, ModelSpec
+from analysis.capacity import ModelShape
+from analysis.perf_model import Calibration, Deployment, GpuSpec
 from errors import ConfigError
 
 GIB = 1024**3
@@ -19,8 +20,8 @@ def gpu(name: str) -> GpuSpec:
     return GpuSpec.from_entry(seeds.entry("gpus", name))
 
 
-def model(name: str) -> ModelSpec:
-    return ModelSpec.from_entry(seeds.entry("models", name))
+def model(name: str) -> ModelShape:
+    return ModelShape.from_entry(seeds.entry("models", name))
 
 
 def test_kv_bytes_per_token_by_hand() -> None:

@@ -9,22 +9,23 @@ from typing import Any
 import pytest
 
 import seeds
-from analysis.perf_model import GpuSpec, ModelSpec
+from analysis.capacity import ModelShape
+from analysis.perf_model import GpuSpec
 from analysis.sweep_order import EfficientPlan, can_beat, order_points, prior_capacity
 from errors import ConfigError
 
 L40S = GpuSpec.from_entry(seeds.entry("gpus", "L40S-48GB"))
 L4 = GpuSpec.from_entry(seeds.entry("gpus", "L4-24GB"))
 H100 = GpuSpec.from_entry(seeds.entry("gpus", "H100-SXM-80GB"))
-LLAMA8 = ModelSpec.from_entry(seeds.entry("models", "llama-3.1-8b"))
-LLAMA70 = ModelSpec.from_entry(seeds.entry("models", "llama-3.1-70b"))
+LLAMA8 = ModelShape.from_entry(seeds.entry("models", "llama-3.1-8b"))
+LLAMA70 = ModelShape.from_entry(seeds.entry("models", "llama-3.1-70b"))
 WL: dict[str, Any] = {"input_tokens": 1024, "output_tokens": 512}
 SLO: tuple[float | None, float | None, float] = (2000.0, 100.0, 99.0)
 
 
 def prior(
     gpu: GpuSpec = L40S,
-    model: ModelSpec = LLAMA8,
+    model: ModelShape = LLAMA8,
     slo: tuple[float | None, float | None, float] = SLO,
     wl: Mapping[str, Any] = WL,
     **params: object,
