@@ -386,3 +386,99 @@ def test_shape_is_frozen_and_hashable() -> None:
         m.layers = 1  # type: ignore[misc]
     assert hash(m) == hash(shape(MIXTRAL))
     assert math.isclose(m.params_b, 46.7)
+
+
+# --- the catalogue's MoE / MLA entries (seeds/models.toml) against the hand-computed cases ------
+
+
+def test_catalogue_deepseek_entries_are_the_mla_hand_case() -> None:
+    for name in ("deepseek-v3", "deepseek-r1"):
+        m = seed_shape(name)
+        assert m.attention == "mla" and m.is_moe and m.shared_experts == 1
+        # (512 + 64) × 61 layers × 2 bytes = 70,272 per token, on every TP rank
+        assert cap.kv_bytes_per_token(m, 2) == (512 + 64) * 61 * 2 == 70_272
+        assert cap.kv_bytes_per_token(m, 2, tp=8) == 70_272
+        # the test dict above carries the same shape as the catalogue
+        fields = ("params_b", "layers", "hidden_size", "heads", "kv_heads", "head_dim",
+                  "kv_lora_rank", "qk_rope_head_dim", "experts", "experts_per_token",
+                  "expert_params_b")  # fmt: skip
+        assert {k: getattr(m, k) for k in fields} == {k: DEEPSEEK_V3[k] for k in fields}
+        # FP8 checkpoint: 671 GB of weights; batch 1 reads 37.5B parameters
+        assert m.dtype_bytes == 1.0
+        assert cap.stored_weight_bytes(m) == pytest.approx(671e9)
+        assert cap.decode_params_per_step(m, 1) == pytest.approx(37.526e9, rel=1e-4)
+
+
+def test_catalogue_mixtral_holds_46_7b_and_reads_12_9b_at_batch_1() -> None:
+    m = seed_shape("mixtral-8x7b")
+    # expert_params_b from the config: 3 × 4096 × 14336 × 32 = 5,637,144,576
+    assert m.expert_params_b * 1e9 == pytest.approx(3 * 4096 * 14336 * 32)
+    assert cap.weight_bytes(m, "fp16") == pytest.approx(93.4e9)
+    # batch 1: 46.70 − 6 × 5.637144576 = 12.877B ≈ the announced 12.9B
+    assert cap.decode_params_per_step(m, 1) == pytest.approx(12.9e9, rel=0.005)
+    assert cap.decode_params_per_step(m, 4096) == pytest.approx(46.7e9)
+    # the hand-case dict (active 12.9B → expert 5.6333B) agrees with the config within 0.07 %
+    assert shape(MIXTRAL).expert_params_b == pytest.approx(m.expert_params_b, rel=1e-3)
+
+
+def test_catalogue_qwen3_moe_entries_match_their_configs() -> None:
+    q = seed_shape("qwen3-30b-a3b")
+    # one expert = 3 × 2048 × 768 × 48 = 226,492,416; the test dict uses the same figure
+    assert q.expert_params_b * 1e9 == 3 * 2048 * 768 * 48 == QWEN3_30B_A3B["expert_params_b"] * 1e9
+    assert (q.layers, q.heads, q.kv_heads, q.head_dim, q.experts, q.experts_per_token) == (
+        48, 32, 4, 128, 128, 8)  # fmt: skip
+    # 2 × 48 × 4 × 128 × 2 = 98,304 bytes of KV per token
+    assert cap.kv_bytes_per_token(q, 2) == 98_304
+    big = seed_shape("qwen3-235b-a22b")
+    # dense 235.09 − 128 × 1.774190592 = 7.9967B; + 8 experts = 22.19B (the card's 22B)
+    assert big.implied_active_params_b == pytest.approx(235.09 - 120 * 1.774190592)
+    assert big.implied_active_params_b == pytest.approx(22.19, abs=0.01)
+
+
+def test_catalogue_gpt_oss_mxfp4_experts() -> None:
+    m = seed_shape("gpt-oss-120b")
+    assert m.expert_dtype_bytes == cap.bytes_per_param("mxfp4") == 0.5 + 1 / 32
+    # 2.12844B BF16 + 114.7016B × 0.53125 = 65.19 GB = 60.7 GiB (the card's 60.8 GiB checkpoint)
+    assert cap.stored_weight_bytes(m) / GIB == pytest.approx(60.71, abs=0.01)
+    # a step at batch 1 reads the dense part in BF16 and 4 experts in MXFP4
+    one = (116.83 - 128 * 0.89610624) * 2 + 4 * 0.89610624 * 0.53125
+    assert cap.step_weight_bytes(m, 1) == pytest.approx(one * 1e9)
+    assert cap.step_weight_bytes(m, 100_000) == pytest.approx(cap.stored_weight_bytes(m))
+
+
+def test_every_catalogue_model_parses_and_new_ones_say_where_from() -> None:
+    for entry in seeds.entries("models"):
+        m = ModelShape.from_entry(entry)
+        assert entry.get("source"), m.name
+        if m.is_moe or m.attention == "mla" or m.name in ("llama-2-13b", "falcon-40b", "qwen-1.8b"):
+            assert entry.get("checked_on") == "2026-12-01", m.name
+    names = {e["name"] for e in seeds.entries("models")}
+    assert {"deepseek-v3", "deepseek-r1", "qwen3-30b-a3b", "qwen3-235b-a22b", "mixtral-8x7b",
+            "gpt-oss-120b", "llama-2-13b", "falcon-40b", "qwen-1.8b"} <= names  # fmt: skip
+    # the seed's dense additions: Llama-2-13B MHA 2 × 40 × 40 × 128 × 2 = 819,200 B per token;
+    # Falcon-40B 8 KV groups 2 × 60 × 8 × 64 × 2 = 122,880; Qwen-1.8B 2 × 24 × 16 × 128 × 2
+    assert cap.kv_bytes_per_token(seed_shape("llama-2-13b"), 2) == 819_200
+    assert cap.kv_bytes_per_token(seed_shape("falcon-40b"), 2) == 122_880
+    assert cap.kv_bytes_per_token(seed_shape("qwen-1.8b"), 2) == 196_608
+
+
+def test_precision_vocabulary_sizes() -> None:
+    from analysis import precision
+
+    # every sized precision is a word of the run vocabulary, and bytes_per_param knows it
+    for p in precision.PRECISION_BYTES:
+        assert precision.normalise_precision(p) == p
+        assert cap.bytes_per_param(p) >= precision.PRECISION_BYTES[p]
+    assert cap.bytes_per_param("nvfp4") == 0.5 + 1 / 16
+    # schemes map onto the precision that holds their weights
+    assert precision.sized_precision("W4A16") == precision.sized_precision("gptq") == "int4"
+    assert precision.sized_precision("bfloat16") == "bf16"
+    assert precision.kv_cache_bytes("fp8_e5m2") == 1.0
+    from errors import InputError
+
+    with pytest.raises(InputError, match="no fixed size"):
+        precision.sized_precision("bitsandbytes")
+    with pytest.raises(InputError, match="not a known weight precision"):
+        precision.sized_precision("int3")
+    with pytest.raises(InputError, match="no fixed size"):
+        precision.kv_cache_bytes("auto")

@@ -165,3 +165,30 @@ def test_plan_validation() -> None:
         EfficientPlan.from_priors([1.0, -1.0])
     with pytest.raises(ConfigError):
         EfficientPlan.from_priors([1.0], margin=0.5)
+
+
+def test_prior_for_moe_and_mla_models() -> None:
+    import dataclasses
+
+    qwen = ModelShape.from_entry(seeds.entry("models", "qwen3-30b-a3b"))
+    dense = dataclasses.replace(
+        qwen, experts=0, experts_per_token=0, expert_params_b=0.0, active_params_b=None
+    )
+    tight = (2000.0, 20.0, 99.0)  # a 20 ms TPOT: the dense 30B model's step alone is ~32 ms
+    moe_prior = prior(gpu=H100, model=qwen, slo=tight)
+    assert moe_prior > 0.5
+    assert prior(gpu=H100, model=dense, slo=tight) == 0.0
+    # DeepSeek-V3 (MLA, FP8) fits 8 × H200 and not one
+    h200 = GpuSpec.from_entry(seeds.entry("gpus", "H200-SXM-141GB"))
+    ds = ModelShape.from_entry(seeds.entry("models", "deepseek-v3"))
+    assert prior(gpu=h200, model=ds, tensor_parallel=8) > 0.0
+    assert prior(gpu=h200, model=ds, tensor_parallel=1) == 0.0
+
+
+def test_prior_reads_weight_precision_and_kv_dtype() -> None:
+    base = prior(gpu=L4, model=LLAMA8, max_batch_size=64)
+    # INT4 weights (0.515625 B with group scales) leave more KV and read fewer bytes per step
+    assert prior(gpu=L4, model=LLAMA8, max_batch_size=64, precision="int4") > base
+    assert prior(gpu=L4, model=LLAMA8, max_batch_size=64, weight_dtype_bytes=0.515625) > base
+    with pytest.raises(ConfigError, match="precision 'int3'"):
+        prior(gpu=L4, model=LLAMA8, precision="int3")
