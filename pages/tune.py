@@ -6,6 +6,8 @@ import streamlit as st
 
 from analysis.compare import load_axis_title
 from errors import ServeScopeError
+from services.views.report import ReportRequest
+from ui import report
 from ui import tune_charts as charts
 from ui import tune_panels as panels
 from ui.cache import tune as cache_tune
@@ -30,6 +32,8 @@ rec = view.recommendation
 panels.pick_sweep(view)
 panels.show_recommendation(rec)
 panels.show_warnings(rec)
+# the sweep's report (its runs, the recommendation), built only when the button is clicked
+report.download_button(ReportRequest(sweep_id=view.selection.sweep), key="tune_report")
 
 st.subheader("Points")
 st.dataframe(panels.points_table(view), hide_index=True, key="tune_points")
