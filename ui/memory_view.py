@@ -3,8 +3,9 @@ the rendering of ``services.views.memory.MemoryView`` (built and cached by ``ui.
 
 Widgets (keys, URL parameters): the run picker (``run_select``, ``?run=``), the window slider
 (``memory_window``, ``?window=a-b``, seconds from the run's start), the SLO profile
-(``memory_slo``, ``?slo=``), the memory cap (``memory_cap``, ``?cap=``) and the overlaid runs
-(``memory_overlay``, ``?overlay=a,b``).
+(``memory_slo``, ``?slo=``), the memory cap (``memory_cap``, ``?cap=``), the overlaid runs
+(``memory_overlay``, ``?overlay=a,b``) and Memory vs load's series (``ui.memory_load_panels``:
+``?series=a,b,c``, ``?sweep=<id>&point=<id>``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import streamlit as st
 from analysis import latency
 from services.views import memory
 from services.views.memory import MemorySelection, MemoryView, TrendFigure
-from ui import display, memory_charts, state
+from ui import display, memory_charts, memory_load_panels, state
 
 WINDOW_KEY = "memory_window"
 SLO_KEY = "memory_slo"
@@ -48,6 +49,11 @@ def selection() -> MemorySelection:
             memory.CAP_PARAM: state.widget_or_url(CAP_KEY, memory.CAP_PARAM, _cap_text),
             memory.OVERLAY_PARAM: state.widget_or_url(
                 OVERLAY_KEY, memory.OVERLAY_PARAM, _overlay_text
+            ),
+            memory.SERIES_PARAM: memory_load_panels.series_text(),
+            memory.SWEEP_PARAM: state.url_value(memory.SWEEP_PARAM),
+            memory.POINT_PARAM: state.widget_or_url(
+                memory_load_panels.POINT_KEY, memory.POINT_PARAM
             ),
         }
     )

@@ -169,3 +169,63 @@ def test_aggregates_only_import_says_what_cannot_be_shown(db_url: str) -> None:
     at = _run(run="agg")
     _no_exception(at)
     assert any("latency trend cannot be computed" in w.value for w in at.warning)
+
+
+# --- Memory vs load ---------------------------------------------------------------------------
+
+
+def _seed_c1_samples(url: str) -> None:
+    """Engine samples for ``c1`` (seed_series gives it none): KV at most 30 %, no preemption."""
+    store = open_store(url)
+    try:
+        ts = T0 + np.arange(0.0, 200.0, 10.0)
+        _engine(
+            store,
+            ts,
+            kv=0.1 + 0.2 * (ts - T0) / 190,
+            waiting=0 * ts,
+            preempt=0 * ts,
+            running=1 + 0 * ts,
+        )
+    finally:
+        store.dispose()
+
+
+def test_series_url_plots_memory_against_load(db_url: str) -> None:
+    seed_series(db_url)
+    _seed_c1_samples(db_url)
+    at = _run(series="c1,c8,c32")
+    _no_exception(at)
+    m = _metrics(at)
+    # c1 clean at KV ≤ 30 %, c8 preempts at 51 %: (1 − 0.30) / (0.51 − 0.30) > 1, clipped → 8
+    assert m["Measured knee"] == "8"
+    assert "Predicted knee" not in m  # the seeded runs name no GPU: no prediction
+    assert any("no prediction" in c.value and "not in the catalogue" in c.value for c in at.caption)
+    assert at.multiselect(key="memory_series").value == ["c1", "c8", "c32"]
+    table = at.dataframe[0].value
+    assert list(table["load"]) == [1.0, 8.0, 32.0]
+    assert list(table["preemptions"].fillna(-1)) == [0.0, 2.0, 71.0]
+    assert table["per 1,000 requests"].iloc[1] == round(2 / 1200 * 1000, 2)
+    # the chart of the series and the over-time chart of its highest-load run
+    assert len(at.get("plotly_chart")) == 2
+    assert _metrics(at)["KV usage peak"] == "97%"  # c32's
+
+
+def test_a_run_offers_the_runs_like_it_as_a_series(db_url: str) -> None:
+    seed_series(db_url)
+    at = _run(run="c8")
+    _no_exception(at)
+    assert any("3 runs share this run's configuration" in c.value for c in at.caption)
+    at.button(key="memory_show_series").click().run()
+    _no_exception(at)
+    assert at.query_params["series"] in ("c1,c8,c32", ["c1,c8,c32"])
+    assert "Measured knee" in _metrics(at)
+
+
+def test_one_run_says_what_fills_memory_vs_load(db_url: str) -> None:
+    seed_series(db_url)
+    at = _run(series="c8,ghost")
+    _no_exception(at)
+    text = " ".join(i.value for i in at.info)
+    assert "servescope sweep" in text and "--concurrency 1,8,32" in text
+    assert any("ghost" in c.value and "not in the store" in c.value for c in at.caption)
