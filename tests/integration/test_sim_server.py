@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from analysis import perf_model
-from errors import ConfigError
+from errors import ConfigError, InputError
 from sim.engine import EngineConfig
 from sim.server import SimHandle, start_in_thread
 
@@ -505,6 +505,20 @@ def test_register_adds_the_sim_subcommand() -> None:
     bad = parser.parse_args(["sim", "--gpu", "B300"])
     with pytest.raises(ConfigError, match="H100-SXM-80GB"):
         command.config_from_args(bad)
+    # --dtype / --kv-cache-dtype take analysis.precision's sized precisions (and schemes)
+    int4 = command.config_from_args(
+        parser.parse_args(["sim", "--dtype", "w4a16", "--kv-cache-dtype", "q8_0"])
+    )
+    assert int4.weight_precision == "int4"
+    assert int4.deployment().weight_bytes_per_param == 0.5 + 2 / 128  # INT4 + group scales
+    assert int4.deployment().kv_bytes_per_elem == 34 / 32
+    for flags, message in (
+        (["--dtype", "int3"], "--dtype 'int3' is not a known weight precision"),
+        (["--dtype", "bitsandbytes"], "--dtype 'bitsandbytes' has no fixed size per weight"),
+        (["--kv-cache-dtype", "fp4"], "--kv-cache-dtype 'fp4' is not a known KV-cache dtype"),
+    ):
+        with pytest.raises(InputError, match=re.escape(message)):
+            command.config_from_args(parser.parse_args(["sim", *flags]))
 
 
 def test_python_m_sim_serves(tmp_path: Path) -> None:
