@@ -121,6 +121,7 @@ _CAPACITY_COLUMNS = {
         ("experts_per_token", "INTEGER"),
         ("shared_experts", "INTEGER"),
         ("expert_params_b", "DOUBLE PRECISION"),
+        ("expert_dtype_bytes", "DOUBLE PRECISION"),
         ("checked_on", "TEXT"),
     ),
     "gpus": (

@@ -301,6 +301,7 @@ models = sa.Table(
     sa.Column("experts_per_token", sa.Integer),  # top-k
     sa.Column("shared_experts", sa.Integer),
     sa.Column("expert_params_b", DOUBLE),  # one routed expert, summed over MoE layers (billions)
+    sa.Column("expert_dtype_bytes", DOUBLE),  # routed experts' bytes/param when not dtype_bytes
     sa.Column("checked_on", sa.Text),
     *_catalog_columns(),
 )
