@@ -111,6 +111,7 @@ def test_an_empty_store_plans_from_the_model_with_costs(store: Store) -> None:
     for o in view.options:
         assert o.capacity_rps is not None and o.capacity_rps > 0
         assert o.replicas == math.ceil(20 * 1.25 / o.capacity_rps)
+        assert o.gpus is not None and o.cost_per_hour is not None
         assert o.gpus == o.replicas * o.tp
         assert o.cost_per_hour == pytest.approx(o.gpus * 2.0)
         assert o.cost_per_1m_output == pytest.approx(o.cost_per_hour / (10 * 3600 * 200) * 1e6)
