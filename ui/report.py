@@ -34,6 +34,7 @@ from plotly.offline import get_plotlyjs
 
 from analysis.compare import load_axis_title
 from analysis.recommend import STATUS_TEXT, UNITS, value_text
+from services.views import plan as plan_tables
 from services.views.compare import slo_limits
 from services.views.latency import BY, METRICS
 from services.views.report import (
@@ -44,7 +45,15 @@ from services.views.report import (
     RunMemory,
     SloSection,
 )
-from ui import compare_tables, display, latency_charts, memory_charts, select_charts, tune_charts
+from ui import (
+    compare_tables,
+    display,
+    latency_charts,
+    memory_charts,
+    plan_charts,
+    select_charts,
+    tune_charts,
+)
 
 #: Every figure's Plotly config: no "Produced with Plotly" link, no cloud export.
 FIGURE_CONFIG: Final[Mapping[str, Any]] = {
@@ -465,17 +474,37 @@ def _recommendation(data: ReportData, figure: _Figures) -> str:
 
 
 def _plan_headline(plan: PlanSection) -> str:
-    name = plan.name or "the plan given"
-    return f"Capacity plan {name}" + (f": {plan.note}" if plan.note else ".")
+    name = f"Capacity plan {plan.name}" if plan.name else "Capacity plan"
+    return f"{name}: {plan_tables.headline(plan.view)}"
 
 
 def _plan(data: ReportData, figure: _Figures) -> str:
     plan = data.plan
     if plan is None:
         return _p(FILL["plan"], "empty")
-    out = [_p(_plan_headline(plan), "note")]
-    inputs = pd.DataFrame([{"input": k, "value": v} for k, v in plan.inputs])
-    out.append("<h3>Inputs</h3>" + table(inputs))
+    view = plan.view
+    out = [_p(_plan_headline(plan), "headline" if view.best is not None else "headline warn")]
+    if view.lengths is not None:
+        out.append(
+            _p(
+                f"Mean lengths: {view.lengths.input_mean:,.0f} input, "
+                f"{view.lengths.output_mean:,.0f} output tokens"
+                + (f"; SLO profile {view.profile.name}." if view.profile is not None else "."),
+                "note",
+            )
+        )
+    out.append("<h3>Inputs</h3>")
+    out.append(table(pd.DataFrame([{"input": k, "value": v} for k, v in plan.inputs])))
+    out.append("<h3>Options</h3>")
+    out.append(figure(plan_charts.gpus_chart(view)))
+    out.append(figure(plan_charts.cost_chart(view)))
+    out.append(table(plan_tables.options_table(view)))
+    if view.skipped:
+        out.append(_p("Measured series that gave no capacity:", "note"))
+        out.append(_list(view.skipped, "note"))
+    out.append("<h3>Memory by precision, GPU and TP</h3>")
+    out.append(figure(plan_charts.memory_chart(view.memory)))
+    out.append(table(plan_tables.memory_table(view)))
     return "".join(out)
 
 

@@ -24,10 +24,9 @@ A section with nothing to show is None (or empty) and the document says what wou
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
 import pandas as pd
@@ -39,8 +38,10 @@ from services.commands import slo_profiles
 from services.views import compare as compare_view
 from services.views import latency as latency_view
 from services.views import memory as memory_view
+from services.views import plan as plan_view
 from services.views import select as select_view
 from services.views import tune as tune_view
+from store import plans as plans_store
 from store import runs_table
 from store import sweeps as sweeps_store
 from store.db import Store, mask_url
@@ -118,13 +119,11 @@ class RunMemory:
 @dataclass(frozen=True)
 class PlanSection:
     """The capacity plan: its name (None: given as a spec), its inputs as (name, value) pairs,
-    and ``view``, the Plan page's view model (``services.views.plan.plan_view``), None when
-    it could not be built (``note`` says why)."""
+    and the Plan page's view model of them (``services.views.plan.plan_view``)."""
 
     name: str | None
     inputs: tuple[tuple[str, str], ...]
-    view: Any = None
-    note: str = ""
+    view: plan_view.PlanView
 
 
 @dataclass(frozen=True)
@@ -356,8 +355,41 @@ def _memory(
     )
 
 
+def _value_text(value: Any) -> str:
+    if isinstance(value, list | tuple):
+        return ", ".join(str(v) for v in value) or "all"
+    return str(value)
+
+
+def _plan_spec(store: Store, request: ReportRequest) -> tuple[str | None, plan_view.PlanSpec]:
+    """(the plan's name, its spec): the saved plan ``plan_name`` (ConfigError naming the saved
+    ones when there is none of that name) or the spec ``plan_spec_json``."""
+    if request.plan_name is not None:
+        saved = [str(n) for n in plans_store.list_plans(store)["name"]]
+        if request.plan_name not in saved:
+            raise ConfigError(
+                f"unknown plan {request.plan_name!r}: not in {mask_url(store.url)}",
+                hint=f"saved plans: {_listed(saved)} (the Plan page's save button, or "
+                "`servescope plan … --save NAME`, stores one)",
+            )
+        return request.plan_name, plan_view.PlanSpec.from_json(
+            plans_store.load_plan(store, request.plan_name)
+        )
+    try:
+        return None, plan_view.PlanSpec.from_json(request.plan_spec_json or "{}")
+    except ValueError as exc:  # not JSON at all
+        raise InputError(
+            f"the plan spec is not JSON: {exc}",
+            hint="give the JSON the Plan page or `servescope plan … --save NAME` keeps",
+        ) from None
+
+
 def _plan_section(store: Store, request: ReportRequest) -> PlanSection | None:
+    """The capacity plan of the request (None: none asked for): the Plan page's view of its
+    spec (an unknown model, GPU or profile in it is the InputError ``plan_view`` raises)."""
     if request.plan_name is None and request.plan_spec_json is None:
         return None
-    spec = json.loads(request.plan_spec_json or "{}")
-    return PlanSection(request.plan_name, tuple((str(k), str(v)) for k, v in spec.items()))
+    name, spec = _plan_spec(store, request)
+    view = plan_view.plan_view(store, spec)
+    inputs = tuple((k, _value_text(v)) for k, v in sorted(asdict(spec).items()))
+    return PlanSection(name=name, inputs=inputs, view=view)

@@ -16,6 +16,8 @@ from tune_sweep import SWEEP, store_sweep
 
 from services import run_edits
 from services.commands import demo
+from services.views.plan import PlanSpec
+from store import plans as plans_store
 from store.lifecycle import open_store
 
 pytestmark = pytest.mark.e2e
@@ -26,9 +28,11 @@ HOSTILE = "<script>alert(1)</script>"
 ENGINE = demo.DemoEngine(
     "tiny", "H100-SXM-80GB", "llama-3.1-8b", "test engine", {"max_batch_size": 4}
 )
-#: The report's charts: the checklist's, P99 by input length and memory per run (2 runs), the
-#: recommendation's Pareto and capacity-search charts.
-CHARTS = 1 + 2 + 2 + 2
+#: The report's charts at least: the checklist's, P99 by input length per run (2 runs), the
+#: recommendation's Pareto and capacity-search charts, the plan's GPUs, cost and memory charts
+#: (and a memory chart per run whose /metrics the bench scraped: a short run may have none).
+MIN_CHARTS = 1 + 2 + 2 + 3
+PLAN = "q3 peak"
 
 
 @pytest.fixture(scope="module")
@@ -45,10 +49,13 @@ def report_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
             engines=[ENGINE],
             levels=[1, 4],
             requests_per_stream=3,
-            max_tokens=16,
+            max_tokens=48,
             progress=False,
         )
         run_edits.rename_run(store, runs[0], HOSTILE)
+        spec = PlanSpec(model="llama-3.1-8b", peak_qps=20, avg_qps=8, gpus=("H100-SXM-80GB",))
+        plans_store.save_plan(store, PLAN, spec.to_json())
+        plans_store.set_price(store, "H100-SXM-80GB", 2.5, note="<img src=x onerror=alert(3)>")
     finally:
         store.dispose()
     out = tmp_path / "review.html"
@@ -64,6 +71,8 @@ def report_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
             *runs,
             "--sweep",
             SWEEP,
+            "--plan",
+            PLAN,
             "--title",
             f"Review of {HOSTILE}",
             "--out",
@@ -101,11 +110,13 @@ def test_the_report_renders_offline_and_shows_a_script_name_as_text(
     page.goto(out.as_uri())
 
     expect(page.get_by_role("heading", name="Summary")).to_be_visible()
+    charts = out.read_text(encoding="utf-8").count('class="plotly-graph-div"')
+    assert charts >= MIN_CHARTS
     plots = page.locator(".js-plotly-plot")
-    expect(plots).to_have_count(CHARTS)
-    for i in range(CHARTS):  # every chart drew its SVG …
+    expect(plots).to_have_count(charts)
+    for i in range(charts):  # every chart drew its SVG …
         expect(plots.nth(i).locator("svg.main-svg").first).to_be_attached()
-    for i in range(CHARTS):  # … and its traces (bars, lines, markers)
+    for i in range(charts):  # … and its traces (bars, lines, markers)
         expect(plots.nth(i).locator("g.trace").first).to_be_attached()
     # the hostile name and title are text, on the page, never run
     expect(page.get_by_role("heading", name=HOSTILE).first).to_be_visible()

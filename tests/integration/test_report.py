@@ -21,12 +21,14 @@ import pytest
 from tune_sweep import SWEEP, store_sweep
 
 import cli
-from errors import ConfigError
+from errors import ConfigError, InputError
 from services import run_edits
 from services.commands import demo
 from services.commands import report as report_command
+from services.views.plan import PlanSpec, headline, plan_view
 from services.views.report import ReportRequest, report_data
 from services.views.tune import recommendation_for
+from store import plans as plans_store
 from store.db import Store
 from store.lifecycle import open_store
 from ui import report as report_html
@@ -36,6 +38,10 @@ ENGINE = demo.DemoEngine(
     "tiny", "H100-SXM-80GB", "llama-3.1-8b", "test engine", {"max_batch_size": 4}
 )
 RUNS = ("demo-tiny-c1", "demo-tiny-c4")
+PLAN = "q3 peak"
+PLAN_SPEC = PlanSpec(
+    model="llama-3.1-8b", peak_qps=20, avg_qps=8, gpus=("H100-SXM-80GB", "A100-SXM-80GB")
+)
 
 
 @pytest.fixture(scope="module")
@@ -50,11 +56,12 @@ def store_url(tmp_path_factory: pytest.TempPathFactory) -> str:
             engines=[ENGINE],
             levels=[1, 4],
             requests_per_stream=3,
-            max_tokens=16,
+            max_tokens=48,
             progress=False,
         )
         assert written == list(RUNS)
         run_edits.rename_run(store, RUNS[0], HOSTILE)
+        plans_store.save_plan(store, PLAN, PLAN_SPEC.to_json())
     finally:
         store.dispose()
     return url
@@ -151,8 +158,14 @@ def test_the_report_has_its_sections_in_order_with_the_pages_figures(store: Stor
     assert "SLO (interactive-chat): 2 of 2 runs pass." in text
     # one figure per chart: the checklist's bar, P99 by input per run, memory per run, the
     # recommendation's Pareto and search curves
+    # (a run's memory chart only when the sim's /metrics was scraped during it: short runs
+    # may have no sample, and then the section says so)
+    sampled = sum(1 for m in data.memory if m.has_samples)
+    assert sampled >= 1
     figures = [a.get("id") for t, a in doc.tags if "plotly-graph-div" in (a.get("class") or "")]
-    assert figures == [f"figure-{i}" for i in range(1, 1 + 1 + 2 + 2 + 2)]
+    assert figures == [f"figure-{i}" for i in range(1, 1 + 1 + 2 + sampled + 2)]
+    for m in data.memory:
+        assert m.note in text if m.note else m.has_samples
     # Plotly's JavaScript once, inline; the plan section says what would fill it
     assert document.count("Plotly.newPlot(") == len(figures)
     bundle = report_html.plotly_js()
@@ -198,7 +211,7 @@ def test_the_document_names_no_external_resource(store: Store) -> None:
         assert "url(" not in (attrs.get("style") or "")
     assert "@import" not in document and "url(http" not in document
     calls = [c for c in (_figure_calls(s) for s in doc.scripts) if c is not None]
-    assert len(calls) == 7
+    assert len(calls) == document.count('class="plotly-graph-div"') >= 6
     for _, layout, config in calls:
         assert config == {"displaylogo": False, "showSendToCloud": False, "responsive": True}
         assert not re.search(r"https?:", json.dumps(config))
@@ -219,6 +232,34 @@ def test_a_sweep_alone_reports_its_probe_runs(store: Store) -> None:
     assert report_html.FILL["memory"] in " ".join(text.split())
 
 
+def test_a_saved_plan_fills_the_capacity_plan_as_the_plan_page_computes_it(
+    store: Store,
+) -> None:
+    expected = headline(plan_view(store, PLAN_SPEC))
+    for request in (
+        ReportRequest(plan_name=PLAN),
+        ReportRequest(plan_spec_json=PLAN_SPEC.to_json()),
+    ):
+        data = report_data(store, request)
+        assert data.plan is not None and data.plan.view.options
+        document = report_html.render_html(data)
+        doc = _parse(document)
+        text = " ".join(" ".join(doc.text).split())
+        assert expected in text
+        assert ("Capacity plan q3 peak: " in text) == (request.plan_name is not None)
+        # the plan's GPUs, cost and memory charts, and its inputs and options tables
+        assert document.count("Plotly.newPlot(") == 1 + 3  # the checklist's and the plan's
+        assert "H100-SXM-80GB, A100-SXM-80GB" in text
+        assert "Capacity / replica (req/s)" in text and "Max sequences" in text
+
+
+def test_a_plan_spec_that_is_not_json_is_an_input_error(store: Store) -> None:
+    with pytest.raises(InputError, match="not JSON"):
+        report_data(store, ReportRequest(plan_spec_json="{model: 8b"))
+    with pytest.raises(InputError, match="unknown keys: gpu_count"):
+        report_data(store, ReportRequest(plan_spec_json='{"gpu_count": 8}'))
+
+
 def test_sections_without_data_say_what_would_fill_them(store: Store) -> None:
     document = _render(store, ReportRequest(run_ids=(RUNS[1],)))
     text = " ".join(" ".join(_parse(document).text).split())
@@ -233,6 +274,7 @@ def test_sections_without_data_say_what_would_fill_them(store: Store) -> None:
         (ReportRequest(run_ids=(RUNS[1], "nope-1")), "unknown run 'nope-1'", "servescope db runs"),
         (ReportRequest(run_ids=(RUNS[1],), sweep_id="sw-nope"), "unknown sweep 'sw-nope'", SWEEP),
         (ReportRequest(run_ids=(RUNS[1],), slo="no-such"), "unknown SLO profile", "interactive"),
+        (ReportRequest(plan_name="q4"), "unknown plan 'q4'", f"saved plans: {PLAN}"),
     ],
 )
 def test_unknown_names_are_config_errors_that_say_where_the_valid_ones_are(
