@@ -19,10 +19,12 @@ predicted KV usage, and the two knees where preemption starts (docs/memory.md):
   engine was told its block count). It reaches 100 % at the **predicted knee**: for a
   concurrency series ``capacity ÷ held`` (none when the batch cap comes first), for a rate
   series the load where the predicted line crosses 100 %, interpolated between levels.
-- **Measured knee**: the first load level with preemptions; the load where preemption started
-  is placed between the last clean level L0 and that level L1 by the peak KV usage measured at
-  each (preemption starts when the pool is full): ``L0 + (1 − kv0) / (kv1 − kv0) × (L1 − L0)``,
-  clipped to [L0, L1]; the midpoint when either peak is unknown or kv1 ≤ kv0.
+- **Measured knee**: the first load level with preemptions, L1; the load where preemption
+  started is placed between the last clean level L0 and L1 where the peak KV usage measured at
+  the clean levels, extrapolated linearly, reaches 100 % (preemption starts when the pool is
+  full; the reading at L1 is pinned at 100 % and says nothing): through the last two clean
+  levels ``L0 + (1 − kv0) × (L0 − L₋₁) / (kv0 − kv₋₁)`` when KV rose between them, else
+  through zero load ``L0 / kv0``; clipped to [L0, L1]; the midpoint without a KV reading.
 """
 
 from __future__ import annotations
@@ -230,12 +232,23 @@ def measured_knee(points: pd.DataFrame) -> Knee | None:
     if clean.empty:
         return Knee(load=None, first_preempting=first, below=True)
     last = float(clean.index[-1])
-    kv0, kv1 = _number(clean["kv_peak"].iloc[-1]), _number(hot["kv_peak"].iloc[0])
-    if kv0 is not None and kv1 is not None and kv1 > kv0:
-        share = min(max((1.0 - kv0) / (kv1 - kv0), 0.0), 1.0)
-    else:
-        share = 0.5
-    return Knee(load=last + share * (first - last), last_clean=last, first_preempting=first)
+    full = _full_at(clean)
+    load = last + 0.5 * (first - last) if full is None else min(max(full, last), first)
+    return Knee(load=load, last_clean=last, first_preempting=first)
+
+
+def _full_at(clean: pd.DataFrame) -> float | None:
+    """Where the clean levels' peak KV usage (index: load), extrapolated linearly, reaches
+    100 %: through the last two levels when it rose between them, else through zero load;
+    None without a positive reading at the last level."""
+    kv = clean["kv_peak"].dropna()
+    if kv.empty or float(kv.iloc[-1]) <= 0 or float(kv.index[-1]) != float(clean.index[-1]):
+        return None
+    l0, kv0 = float(kv.index[-1]), float(kv.iloc[-1])
+    if kv.size >= 2 and kv0 > float(kv.iloc[-2]):
+        lm, kvm = float(kv.index[-2]), float(kv.iloc[-2])
+        return l0 + (1.0 - kv0) * (l0 - lm) / (kv0 - kvm)
+    return l0 / kv0
 
 
 def predicted_knee(

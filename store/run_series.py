@@ -6,9 +6,9 @@ that reported during the span, as ``store.sample_timelines.run_sources``): peak 
 (summed over its GPUs per sampling instant), peak and P95 KV-cache usage, preemptions (the
 increase of ``preemptions_total`` per target, restarts counted from zero) and its requests'
 token moments. Three statements per run set whatever its size — requests, engine samples, GPU
-samples — each joining the samples to a table of the runs' windows, so a store of months of
-1-second scrapes is read only inside the runs' spans. ``text()`` with bound parameters; the
-same SQL runs on DuckDB and PostgreSQL.
+samples — the sample reads one UNION ALL of a branch per run bounded by its span, so a store
+of months of 1-second scrapes is read only inside the runs' spans. ``text()`` with bound
+parameters; the same SQL runs on DuckDB and PostgreSQL.
 """
 
 from __future__ import annotations
@@ -123,37 +123,32 @@ def _windows(runs: pd.DataFrame) -> list[dict[str, Any]]:
     return out
 
 
-def _values(windows: list[dict[str, Any]], prefix: str, params: dict[str, Any]) -> str:
-    """A ``VALUES`` list of (run_id, source, since, until) rows bound into ``params``."""
-    rows = []
-    for i, w in enumerate(windows):
-        p = f"{prefix}{i}"
-        params |= {f"{p}r": w["run_id"], f"{p}s": w["source"], f"{p}a": w["since"]}
-        params[f"{p}b"] = float(w["until"])
-        rows.append(
-            f"(CAST(:{p}r AS TEXT), CAST(:{p}s AS TEXT), CAST(:{p}a AS DOUBLE PRECISION), "
-            f"CAST(:{p}b AS DOUBLE PRECISION))"
-        )
-    return ", ".join(rows)
-
-
 def _joined(
     windows: list[dict[str, Any]], kind: str, table: str, key: str, select: str, where: str
 ) -> tuple[str, dict[str, Any]] | None:
-    """``SELECT {select} FROM {table} AS x JOIN w`` over the windows of ``kind`` — on the
-    source and the span, or the span alone for windows of every source — as one UNION ALL."""
+    """``SELECT run_id, {select} FROM {table} AS x`` over the windows of ``kind``: one branch
+    per run (its span and its sources, or every source when it recorded none) in one UNION
+    ALL. Constant bounds per branch let the engine skip row groups outside the span (samples
+    are appended in time order) instead of joining every sample to every window."""
     params: dict[str, Any] = {}
-    named = [w for w in windows if w["kind"] == kind and w["source"] is not None]
-    every = [w for w in windows if w["kind"] == kind and w["source"] is None]
+    by_run: dict[str, list[dict[str, Any]]] = {}
+    for w in windows:
+        if w["kind"] == kind:
+            by_run.setdefault(str(w["run_id"]), []).append(w)
     parts = []
-    for prefix, rows, on in (("n", named, f"x.{key} = w.source AND "), ("a", every, "")):
-        if rows:
-            values = _values(rows, prefix, params)
-            parts.append(
-                f"SELECT {select} FROM {table} AS x JOIN (VALUES {values}) "
-                f"AS w(run_id, source, since, until) "
-                f"ON {on}x.ts >= w.since AND x.ts <= w.until WHERE {where}"
-            )
+    for i, (run_id, mine) in enumerate(by_run.items()):
+        p = f"{kind[0]}{i}"
+        params |= {f"{p}r": run_id, f"{p}a": mine[0]["since"], f"{p}b": float(mine[0]["until"])}
+        terms = [f"x.ts >= :{p}a", f"x.ts <= :{p}b", where]
+        sources = [str(w["source"]) for w in mine if w["source"] is not None]
+        if sources:
+            names = [f"{p}s{j}" for j in range(len(sources))]
+            params |= dict(zip(names, sources, strict=True))
+            terms.append(f"x.{key} IN ({', '.join(':' + n for n in names)})")
+        parts.append(
+            f"SELECT CAST(:{p}r AS TEXT) AS run_id, {select} FROM {table} AS x "
+            f"WHERE {' AND '.join(terms)}"
+        )
     if not parts:
         return None
     return " UNION ALL ".join(parts), params
@@ -167,7 +162,7 @@ def _engine(store: Store, windows: list[dict[str, Any]]) -> pd.DataFrame:
         "engine",
         "engine_samples",
         "target",
-        "w.run_id, x.target, x.metric, x.ts, x.value",
+        "x.target, x.metric, x.ts, x.value",
         f"x.metric IN {_ENGINE_METRICS}",
     )
     if joined is None:
@@ -208,7 +203,7 @@ def _gpu(store: Store, windows: list[dict[str, Any]]) -> pd.DataFrame:
         "gpu",
         "gpu_samples",
         "host",
-        "w.run_id, x.ts, x.mem_used_bytes, x.mem_total_bytes",
+        "x.ts, x.mem_used_bytes, x.mem_total_bytes",
         "x.mem_used_bytes IS NOT NULL",
     )
     if joined is None:

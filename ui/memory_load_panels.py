@@ -115,8 +115,8 @@ def knee_texts(view: MemoryLoadView) -> list[tuple[str, str, str]]:
                 "Measured knee",
                 f"{knee.load:,.3g}{unit}",
                 f"preemption starts between {knee.last_clean:,.3g} (none) and "
-                f"{knee.first_preempting:,.3g}{unit} (the first level with preemptions), placed "
-                "by the peak KV usage at both",
+                f"{knee.first_preempting:,.3g}{unit} (the first level with preemptions), where "
+                "the clean levels' peak KV usage, extrapolated linearly, reaches 100 %",
             )
         )
     elif knee.below:

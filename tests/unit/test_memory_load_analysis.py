@@ -101,17 +101,25 @@ def _points(levels: list[tuple[float, float, float]]) -> pd.DataFrame:
     )
 
 
-def test_measured_knee_is_placed_by_the_peak_kv_usage() -> None:
-    # clean at 8 (KV peak 80 %), preempting at 16 (110 %, a reading over full):
-    # 8 + (1 − 0.8) / (1.1 − 0.8) × (16 − 8) = 8 + 5.33
-    knee = memory_load.measured_knee(_points([(1, 0, 0.1), (8, 0, 0.8), (16, 3, 1.1)]))
+def test_measured_knee_is_where_the_clean_levels_kv_usage_reaches_full() -> None:
+    # clean at 1 (KV peak 10 %) and 8 (80 %): 10 points per unit of load, so 100 % at
+    # 8 + (1 − 0.8) / 0.1 = 10, between 8 and the first preempting level 16
+    knee = memory_load.measured_knee(_points([(1, 0, 0.1), (8, 0, 0.8), (16, 3, 1.0)]))
     assert knee is not None and (knee.last_clean, knee.first_preempting) == (8, 16)
-    assert knee.load == pytest.approx(8 + 0.2 / 0.3 * 8)
-    # without KV readings: the midpoint
-    mid = memory_load.measured_knee(_points([(4, 0, math.nan), (12, 1, math.nan)]))
-    assert mid is not None and mid.load == 8
-    # KV falling at the preempting level (a preemption frees blocks): the midpoint too
-    assert memory_load.measured_knee(_points([(4, 0, 0.9), (12, 1, 0.7)])) == Knee(8, 4, 12)
+    assert knee.load == pytest.approx(10.0)
+    # one clean level: the line through zero load, 4 / 0.9 = 4.44
+    one = memory_load.measured_knee(_points([(4, 0, 0.9), (12, 1, 1.0)]))
+    assert one is not None and one.load == pytest.approx(4 / 0.9)
+    # KV flat between the clean levels: through zero load too, 8 / 0.5 = 16, clipped to 12
+    flat = memory_load.measured_knee(_points([(4, 0, 0.5), (8, 0, 0.5), (12, 1, 1.0)]))
+    assert flat == Knee(12, 8, 12)
+    # far below full at the last clean level: clipped to the first preempting one
+    assert memory_load.measured_knee(_points([(4, 0, 0.2), (6, 1, 1.0)])) == Knee(6, 4, 6)
+    # without KV readings (or a zero one): the midpoint
+    assert memory_load.measured_knee(_points([(4, 0, math.nan), (12, 1, math.nan)])) == Knee(
+        8, 4, 12
+    )
+    assert memory_load.measured_knee(_points([(4, 0, 0.0), (12, 1, 1.0)])) == Knee(8, 4, 12)
 
 
 def test_measured_knee_outside_the_levels_and_without_a_counter() -> None:
