@@ -75,7 +75,8 @@ LENGTH_COUNTERS: Final = (
 
 @dataclass(frozen=True)
 class PlanSpec:
-    """A plan's inputs. ``gpus`` empty: every GPU of the catalogue. ``lengths``: ``"typed"``
+    """A plan's inputs. ``gpus`` empty: every GPU of the catalogue whose kind is ``gpu`` (edge
+    boards and CPU hosts only when named). ``lengths``: ``"typed"``
     (``input_tokens``/``output_tokens`` are the means), ``"run:<run_id>"`` (the run's mean
     lengths) or ``"metrics:<target>"`` (a ``watch`` target's prompt and generation token
     counters over finished requests). ``headroom``: kept above the peak (0.2 = 20 %)."""
@@ -349,7 +350,10 @@ def _plan_view(store: Store, spec: PlanSpec) -> PlanView:
     profile = slo.SloProfile.from_entry(profiles[spec.slo])
     model_entry = model_entries[spec.model]
     shape = ModelShape.from_entry(model_entry)
-    gpu_entries = [gpu_entries_by_name[g] for g in (spec.gpus or view.gpu_names)]
+    names = spec.gpus or tuple(
+        n for n, e in gpu_entries_by_name.items() if e.get("kind") in (None, "gpu")
+    )
+    gpu_entries = [gpu_entries_by_name[g] for g in names]
     gpus = tuple(GpuSpec.from_entry(e) for e in gpu_entries if e.get("memory_bytes"))
     lengths = resolve_lengths(store, spec)
     demand = planner.Demand(spec.peak_qps, spec.avg_qps, spec.headroom)
@@ -725,7 +729,7 @@ def headline(view: PlanView) -> str:
     cost = f", {_money(b.cost_per_hour)}/hour" if b.cost_per_hour is not None else ""
     cap = b.capacity_rps or 0.0
     return (
-        f"{b.gpus} × {b.gpu} ({b.replicas} replicas of TP {b.tp}, "
+        f"{b.gpus} × {b.gpu} ({b.replicas} replica{'s' if b.replicas != 1 else ''} of TP {b.tp}, "
         f"{planner.PRECISION_LABELS.get(b.precision, b.precision)}{cost}) serve "
         f"{d.peak_qps:g} req/s peak + {d.headroom:.0%} headroom at {cap:.3g} req/s per replica "
         f"({b.label})"
