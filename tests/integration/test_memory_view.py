@@ -195,3 +195,132 @@ def test_selection_from_url_parameters() -> None:
     )
     assert MemorySelection.from_params({"window": "x-y", "cap": "lots"}) == MemorySelection()
     assert MemorySelection.from_params({}) == MemorySelection.default()
+
+
+# --- Memory vs load ----------------------------------------------------------------------------
+
+
+def _seed_sweep(store: Store) -> None:
+    """Sweep s1: two points (max_batch_size 8 and 32) measured at request rates 1, 2, 4; each
+    run 60 s with 10 KV samples and a preemption counter, 100 requests of I=300, O=100 whose
+    E2E is 2 s. Point b32 preempts from rate 4 on; point b8 never. The engine was told
+    num_gpu_blocks=100 (1,600 tokens)."""
+    for p, batch in (("b8", 8), ("b32", 32)):
+        for k, rate in enumerate((1.0, 2.0, 4.0)):
+            run_id, start = f"{p}-r{rate:g}", T0 + 5000 + 1000 * k + (0 if p == "b8" else 500)
+            target = f"http://{p}:8000/metrics"
+            ingest.add_run(
+                store,
+                {
+                    "run_id": run_id,
+                    "source": "servescope",
+                    "model": "llama-3.1-8b",
+                    "gpu_name": "H100-SXM-80GB",
+                    "workload": "chat",
+                    "arrival": "poisson",
+                    "target_rate": rate,
+                    "engine_params": {"max_batch_size": batch, "num_gpu_blocks": 100},
+                    "sweep_id": "s1",
+                    "started_at": start,
+                    "ended_at": start + 60,
+                    "client_params": {
+                        "collectors": {"targets": [target]},
+                        "sweep_point": {"sweep_id": "s1", "point_id": p},
+                    },
+                },
+            )
+            ts = start + np.arange(10) * 6.0
+            preempted = 3.0 if (p == "b32" and rate == 4.0) else 0.0
+            ingest.add_rows(
+                store,
+                "engine_samples",
+                pd.DataFrame(
+                    {
+                        "target": target,
+                        "ts": np.concatenate([ts, ts]),
+                        "metric": ["kv_cache_usage"] * 10 + ["preemptions_total"] * 10,
+                        "engine": "sim",
+                        "value": np.concatenate(
+                            [np.full(10, min(0.25 * rate, 1.0)), np.linspace(0, preempted, 10)]
+                        ),
+                    }
+                ),
+            )
+            sent = start + np.arange(100) * 0.5
+            ingest.add_requests(
+                store,
+                pd.DataFrame(
+                    {
+                        "run_id": run_id,
+                        "seq": range(100),
+                        "status": "ok",
+                        "sent_at": sent,
+                        "done_at": sent + 2.0,
+                        "input_tokens": 300,
+                        "output_tokens": 100,
+                        "ttft_ms": 100.0,
+                        "tpot_ms": 19.0,
+                        "e2e_ms": 2000.0,
+                    }
+                ),
+            )
+
+
+def test_a_sweep_is_split_into_its_points_and_a_rate_series_uses_littles_law(
+    store: Store,
+) -> None:
+    from services.views.memory import memory_load_view
+
+    _seed_sweep(store)
+    view = memory_load_view(store, MemorySelection(sweep="s1", point="b32"))
+    assert {g.point for g in view.groups} == {"b8", "b32"} and view.group == "b32"
+    assert {g.label for g in view.groups} == {
+        "max_batch_size=8 (3 runs)",
+        "max_batch_size=32 (3 runs)",
+    }
+    assert view.kind == "rate" and view.run_ids == ("b32-r1", "b32-r2", "b32-r4")
+    assert view.prediction.capacity_tokens == 1600  # num_gpu_blocks 100 × block_size 16
+    assert "num_gpu_blocks" in view.prediction.source
+    points = view.points
+    # held = 300 + 100 / 2 + 8 = 358 tokens; in flight = rate × 2 s E2E (Little's law)
+    assert (points["held_tokens"] == 358).all()
+    assert list(points["in_flight"]) == [2.0, 4.0, 8.0]
+    assert list(points["predicted_kv"]) == pytest.approx([r * 2 * 358 / 1600 for r in (1, 2, 4)])
+    assert list(points["preemptions"]) == [0.0, 0.0, 3.0]
+    assert list(points["preemptions_per_1k"]) == [0.0, 0.0, 30.0]
+    # clean at 1 (KV 25 %) and 2 (50 %): full at 2 + 0.5 / 0.25 = 4, the first preempting rate
+    knee = view.measured_knee
+    assert knee is not None and knee.load == pytest.approx(4.0)
+    # predicted: 2.8 → 0.895 at rate 2 and 1.79 at rate 4: 2 + (1 − 0.895) / 0.895 × 2
+    at2 = 2 * 2 * 358 / 1600
+    assert view.predicted_knee == pytest.approx(2 + (1 - at2) / (2 * at2 - at2) * 2)
+    # the other point: capped at 8 sequences in flight, never preempts
+    b8 = memory_load_view(store, MemorySelection(sweep="s1", point="b8"))
+    assert list(b8.points["in_flight"]) == [2.0, 4.0, 8.0]
+    assert b8.measured_knee is not None and b8.measured_knee.load is None
+    # no point named: the first of the largest groups; an unknown sweep: nothing
+    assert memory_load_view(store, MemorySelection(sweep="s1")).group in ("b8", "b32")
+    empty = memory_load_view(store, MemorySelection(sweep="nope"))
+    assert not empty.enough and empty.groups == ()
+
+
+def test_a_series_mixing_loads_and_configurations_says_so(store: Store) -> None:
+    from services.views.memory import memory_load_view
+
+    _seed_sweep(store)
+    view = memory_load_view(
+        store, MemorySelection(series=("b8-r1", "b32-r2", "r", "ghost", "timeless"))
+    )
+    assert view.kind == "rate" and view.run_ids == ("b8-r1", "b32-r2")
+    assert view.differing == ("engine_params",)
+    assert dict(view.excluded) == {
+        "ghost": "not in the store",
+        "r": "no concurrency or request rate recorded",
+        "timeless": "no concurrency or request rate recorded",
+    }
+
+
+def test_selection_names_a_series_from_the_url() -> None:
+    sel = MemorySelection.from_params({"series": "a,b,,a", "sweep": "s", "point": "p"})
+    assert sel.series == ("a", "b") and sel.sweep == "s" and sel.point == "p"
+    assert sel.names_series and not MemorySelection().names_series
