@@ -120,21 +120,36 @@ def memory_vs_load(view: MemoryLoadView) -> go.Figure:
 
 
 def _knees(fig: go.Figure, view: MemoryLoadView) -> None:
+    """Both knees as vertical lines through every row, named once on the top row: the lower
+    knee's name left of its line, the higher's right of it (close knees do not overprint)."""
+    knees = []
     knee = view.measured_knee
     if knee is not None and knee.load is not None:
-        fig.add_vline(
-            x=knee.load,
-            line={"color": "firebrick"},
-            annotation_text=f"measured knee {knee.load:,.3g}",
-            annotation_position="top right",
-        )
+        knees.append((knee.load, "measured", {"color": "firebrick"}))
     if view.predicted_knee is not None:
+        knees.append((view.predicted_knee, "predicted", {"color": "royalblue", "dash": "dash"}))
+    knees.sort(key=lambda k: k[0])
+    sides = ("top left", "top right") if len(knees) == 2 else ("top right",) * len(knees)
+    for (x, which, line), position in zip(knees, sides, strict=True):
         fig.add_vline(
-            x=view.predicted_knee,
-            line={"color": "royalblue", "dash": "dash"},
-            annotation_text=f"predicted knee {view.predicted_knee:,.3g}",
-            annotation_position="top left",
+            x=x,
+            line=line,
+            row=1,
+            col=1,
+            annotation_text=f"{which} knee {x:,.3g}",
+            annotation_position=position,
         )
+        for row in range(2, len(ROWS) + 1):  # the same line, unnamed, through the other rows
+            fig.add_shape(
+                type="line",
+                x0=x,
+                x1=x,
+                y0=0,
+                y1=1,
+                xref=f"x{row}",
+                yref=f"y{row} domain",
+                line=line,
+            )
 
 
 def _note(fig: go.Figure, text: str, row: int) -> None:
