@@ -555,11 +555,12 @@ def sort_options(options: Sequence[PlanOption]) -> list[PlanOption]:
 
 
 def best_option(options: Sequence[PlanOption]) -> PlanOption | None:
-    """The cheapest serving option (by cost per hour where every serving option has a price,
-    else by GPUs, then by capacity)."""
+    """The cheapest serving option per hour among those whose GPU has a price; without any
+    price, the one needing the fewest GPUs (then the highest capacity)."""
     serving = [o for o in options if o.serves]
     if not serving:
         return None
-    if all(o.cost_per_hour is not None for o in serving):
-        return min(serving, key=lambda o: (o.cost_per_hour or 0.0, o.gpus or 0))
+    priced = [o for o in serving if o.cost_per_hour is not None]
+    if priced:
+        return min(priced, key=lambda o: (o.cost_per_hour or 0.0, o.gpus or 0))
     return min(serving, key=lambda o: (o.gpus or 0, -(o.capacity_rps or 0.0)))

@@ -11,7 +11,7 @@ it at 32 — plus two GPU prices and a saved plan. Then times
     workload, SLO) (``analysis.plan.predicted_capacity``) and the measured capacities per
     (store, model, GPUs, profile, runs' fingerprint) (``services.views.plan.memo_measured``):
     every run's figures and SLO attainment read, every option's capacity computed;
-  * **warm**: the same query again (memos kept: one fingerprint read, the catalogue reads);
+  * **warm**: the same query again (memos kept: one fingerprint read, ``store.plans.plan_state``);
   * **new demand**: a different peak, average and headroom each time (what a planner does on
     the page): the capacities come from the memos, replicas and costs are recomputed;
   * the model part alone (``analysis.plan.plan_options`` on the view's inputs, memo cleared).
@@ -144,6 +144,7 @@ def measure(store: Store, spec: plan.PlanSpec, repeats: int) -> dict[str, float]
     def clear() -> None:
         planner.predicted_capacity.cache_clear()
         plan._MEASURED.clear()
+        plan._READS.clear()
 
     cold = _median_ms(lambda: plan.plan_view(store, spec), repeats, clear, "cold")
     warm = _median_ms(lambda: plan.plan_view(store, spec), repeats, _nothing, "warm")
@@ -210,6 +211,7 @@ def main() -> None:
     args = ap.parse_args()
     folder = args.keep or Path(tempfile.mkdtemp(prefix="plan-bench-"))
     folder.mkdir(parents=True, exist_ok=True)
+    (folder / "plan.duckdb").unlink(missing_ok=True)  # built afresh each time
     url = f"duckdb:///{folder / 'plan.duckdb'}"
     t = time.perf_counter()
     build_store(url)

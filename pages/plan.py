@@ -36,6 +36,9 @@ left, right = st.columns(2)
 left.plotly_chart(charts.gpus_chart(view), key="plan_gpus_chart")
 right.plotly_chart(charts.cost_chart(view), key="plan_cost_chart")
 
+st.subheader("GPUs needed: tensor parallelism × precision")
+panels.show_side_by_side(view)
+
 st.subheader("Memory by precision and tensor parallelism")
 panels.show_memory(view)
 st.plotly_chart(charts.memory_chart(view.memory), key="plan_memory_chart")

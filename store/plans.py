@@ -103,29 +103,54 @@ def delete_price(store: Store, gpu: str) -> bool:
         return bool(conn.execute(sa.delete(t).where(t.c.gpu == gpu)).rowcount)
 
 
-def runs_fingerprint(store: Store, model: str) -> tuple[Any, ...]:
-    """What changes when ``model``'s measured runs change (one cheap read): their count, the
-    sum of their data versions (bumped by every write of their requests), the newest start and
-    end, and the sum of their text fields' lengths that a capacity reads (GPU, precision,
-    engine parameters, status). Equal fingerprints: the same measurements."""
+def plan_state(store: Store, model: str) -> dict[str, tuple[Any, ...]]:
+    """What a plan of ``model`` reads, fingerprinted in ONE read: equal parts, equal data.
+
+    ``catalogue``: per catalogue table the plan reads (models, gpus, slo_profiles) its row count
+    and the newest and summed ``updated_at`` (every write sets it); ``prices`` and ``plans``: the
+    same over ``gpu_prices`` and ``plans``; ``runs``: over ``model``'s runs, their count, the sum
+    of their data versions (bumped by every write of their requests), the newest start and end,
+    and the summed lengths of the fields a capacity reads (GPU, precision, engine parameters,
+    status) plus their GPU counts."""
+    f = sa.func
+
+    def stamp(table: sa.Table) -> sa.Subquery:
+        at = table.c.updated_at
+        return sa.select(f.count(), f.max(at), f.sum(at)).select_from(table).subquery()
+
     r = schema.runs
-    length = sa.func.length
-    stmt = sa.select(
-        sa.func.count(),
-        sa.func.sum(sa.func.coalesce(r.c.data_version, 0)),
-        sa.func.max(r.c.started_at),
-        sa.func.max(r.c.ended_at),
-        sa.func.sum(
-            sa.func.coalesce(length(r.c.gpu_name), 0)
-            + sa.func.coalesce(length(r.c.precision), 0)
-            + sa.func.coalesce(length(r.c.engine_params), 0)
-            + sa.func.coalesce(length(r.c.status), 0)
-            + sa.func.coalesce(r.c.gpu_count, 0)
-        ),
-    ).where(r.c.model == model)
+    runs = (
+        sa.select(
+            f.count(),
+            f.sum(f.coalesce(r.c.data_version, 0)),
+            f.max(r.c.started_at),
+            f.max(r.c.ended_at),
+            f.sum(
+                f.coalesce(f.length(r.c.gpu_name), 0)
+                + f.coalesce(f.length(r.c.precision), 0)
+                + f.coalesce(f.length(r.c.engine_params), 0)
+                + f.coalesce(f.length(r.c.status), 0)
+                + f.coalesce(r.c.gpu_count, 0)
+            ),
+        )
+        .where(r.c.model == model)
+        .subquery()
+    )
+    tables = [schema.CATALOG_TABLES[k] for k in ("models", "gpus", "slo_profiles")]
+    parts = [stamp(t) for t in tables] + [stamp(schema.gpu_prices), stamp(schema.plans), runs]
+    joined: sa.FromClause = parts[0]
+    for part in parts[1:]:
+        joined = joined.join(part, sa.true())  # one row each: a cross join of aggregates
+    stmt = sa.select(*[c for part in parts for c in part.c]).select_from(joined)
     with store.connect() as conn:
         row = conn.execute(stmt).one()
-    return tuple(None if v is None else float(v) for v in row)
+    values = tuple(None if v is None else float(v) for v in row)
+    return {
+        "catalogue": values[:9],
+        "prices": values[9:12],
+        "plans": values[12:15],
+        "runs": values[15:],
+    }
 
 
 # --- saved plans ----------------------------------------------------------------------------------

@@ -193,6 +193,10 @@ def show_options(view: PlanView) -> None:
     )
 
 
+def show_side_by_side(view: PlanView) -> None:
+    st.dataframe(plan_views.side_by_side(view), hide_index=True, key="plan_side_by_side")
+
+
 def show_memory(view: PlanView) -> None:
     st.dataframe(plan_views.memory_table(view), hide_index=True, key="plan_memory")
     if view.lengths is not None and view.engine is not None:

@@ -284,37 +284,62 @@ def page_view(store: Store, selection: PlanSelection) -> PlanView:
         return replace(_choices(store, selection.spec), problem=text)
 
 
-def _catalogue(store: Store) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
-    """{name: entry} of the catalogue's models and GPUs (unset columns dropped), two reads."""
+@dataclass(frozen=True)
+class _Reads:
+    """What every plan reads besides the runs: the catalogue's models and GPUs and the SLO
+    profiles ({name: entry}, unset columns dropped), the prices, the saved plans' names."""
 
-    def by_name(kind: str) -> dict[str, dict[str, Any]]:
-        return {
-            str(e["name"]): {k: v for k, v in e.items() if v is not None and k != "origin"}
-            for e in catalog.entries(store, kind)
-        }
-
-    return by_name("models"), by_name("gpus")
+    models: Mapping[str, Mapping[str, Any]]
+    gpus: Mapping[str, Mapping[str, Any]]
+    profiles: Mapping[str, Mapping[str, Any]]
+    prices: Mapping[str, float]
+    saved: tuple[str, ...]
 
 
-def _profiles(store: Store) -> dict[str, dict[str, Any]]:
-    """Every SLO profile (seeded and the user's) by name, in one read."""
+#: :class:`_Reads` per (store, catalogue / prices / plans fingerprints), newest last.
+_READS: OrderedDict[tuple[Any, ...], _Reads] = OrderedDict()
+READS_MEMO: Final = 8
+
+
+def _by_name(store: Store, kind: str) -> dict[str, dict[str, Any]]:
     return {
-        str(e["name"]): {k: v for k, v in e.items() if k != "origin"}
-        for e in catalog.entries(store, "slo_profiles")
+        str(e["name"]): {k: v for k, v in e.items() if v is not None and k != "origin"}
+        for e in catalog.entries(store, kind)
     }
 
 
-def _choices(
-    store: Store,
-    spec: PlanSpec,
-    cat: tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]] | None = None,
-    profiles: Mapping[str, Any] | None = None,
-) -> PlanView:
-    models, gpus = cat if cat is not None else _catalogue(store)
-    names = tuple(profiles if profiles is not None else _profiles(store))
-    saved = tuple(plans_store.plan_names(store))
+def _reads(store: Store, model: str) -> tuple[_Reads, tuple[Any, ...]]:
+    """(:class:`_Reads`, the fingerprint of ``model``'s runs): one fingerprint read
+    (``store.plans.plan_state``), the tables themselves only when it changed."""
+    state = plans_store.plan_state(store, model)
+    key = (str(store.engine.url), state["catalogue"], state["prices"], state["plans"])
+    if key in _READS:
+        _READS.move_to_end(key)
+        return _READS[key], state["runs"]
+    reads = _Reads(
+        models=_by_name(store, "models"),
+        gpus=_by_name(store, "gpus"),
+        profiles={
+            str(e["name"]): {k: v for k, v in e.items() if k != "origin"}
+            for e in catalog.entries(store, "slo_profiles")
+        },
+        prices=plans_store.prices(store),
+        saved=tuple(plans_store.plan_names(store)),
+    )
+    _READS[key] = reads
+    while len(_READS) > READS_MEMO:
+        _READS.popitem(last=False)
+    return reads, state["runs"]
+
+
+def _choices(store: Store, spec: PlanSpec, reads: _Reads | None = None) -> PlanView:
+    r = reads if reads is not None else _reads(store, spec.model)[0]
     return PlanView(
-        spec=spec, models=tuple(models), gpu_names=tuple(gpus), profiles=names, saved=saved
+        spec=spec,
+        models=tuple(r.models),
+        gpu_names=tuple(r.gpus),
+        profiles=tuple(r.profiles),
+        saved=r.saved,
     )
 
 
@@ -328,9 +353,9 @@ def plan_view(store: Store, spec: PlanSpec) -> PlanView:
 
 
 def _plan_view(store: Store, spec: PlanSpec) -> PlanView:
-    model_entries, gpu_entries_by_name = _catalogue(store)
-    profiles = _profiles(store)
-    view = _choices(store, spec, (model_entries, gpu_entries_by_name), profiles)
+    reads, runs_state = _reads(store, spec.model)
+    model_entries, gpu_entries_by_name, profiles = reads.models, reads.gpus, reads.profiles
+    view = _choices(store, spec, reads)
     if spec.model not in view.models:
         raise InputError(
             f"unknown model {spec.model!r}; the catalogue has: {', '.join(view.models)}",
@@ -362,8 +387,8 @@ def _plan_view(store: Store, spec: PlanSpec) -> PlanView:
         max_batch_size=spec.max_batch_size,
         kv_dtype=spec.kv_dtype,
     )
-    prices = plans_store.prices(store)
-    measurements, skipped, n_runs = memo_measured(store, spec.model, gpus, profile)
+    prices = reads.prices
+    measurements, skipped, n_runs = memo_measured(store, spec.model, gpus, profile, runs_state)
     targets_at = _slo_targets(profile)
 
     def predict(
@@ -534,19 +559,17 @@ MEASURED_MEMO: Final = 64
 
 
 def memo_measured(
-    store: Store, model: str, gpus: Sequence[GpuSpec], profile: slo.SloProfile
+    store: Store,
+    model: str,
+    gpus: Sequence[GpuSpec],
+    profile: slo.SloProfile,
+    runs_state: tuple[Any, ...],
 ) -> tuple[list[planner.Measurement], list[str], int]:
     """:func:`measured_capacities`, remembered while ``model``'s runs are unchanged
-    (``store.plans.runs_fingerprint``: one cheap read): a planning query that changes the
-    demand, lengths, prices or options reuses the measurements instead of re-reading every
-    run's figures and SLO attainment."""
-    key = (
-        str(store.engine.url),
-        model,
-        tuple(g.name for g in gpus),
-        profile,
-        plans_store.runs_fingerprint(store, model),
-    )
+    (``runs_state``: their fingerprint, ``store.plans.plan_state``): a planning query that
+    changes the demand, lengths, prices or options reuses the measurements instead of
+    re-reading every run's figures and SLO attainment."""
+    key = (str(store.engine.url), model, tuple(g.name for g in gpus), profile, runs_state)
     if key in _MEASURED:
         _MEASURED.move_to_end(key)
         return _MEASURED[key]
@@ -698,6 +721,33 @@ def options_table(view: PlanView) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows)
+
+
+def side_by_side(view: PlanView) -> pd.DataFrame:
+    """GPUs needed per GPU × TP (rows) and precision (columns), side by side: the fewest of the
+    cell's options, with where its capacity comes from ("12 (measured)"), or why none serves
+    ("does not fit: weights", "no load meets the SLO")."""
+    cells: dict[tuple[str, int], dict[str, str]] = {}
+    best: dict[tuple[str, int, str], planner.PlanOption] = {}
+    for o in view.options:
+        key = (o.gpu, o.tp, o.precision)
+        held = best.get(key)
+        if held is None or (o.gpus is not None and (held.gpus is None or o.gpus < held.gpus)):
+            best[key] = o
+    for (gpu, tp, precision), o in best.items():
+        if o.gpus is not None:
+            text = f"{o.gpus} ({o.label})"
+        elif o.label == "does not fit":
+            text = f"does not fit: {o.memory.reason}"
+        else:
+            text = "no load meets the SLO"
+        cells.setdefault((gpu, tp), {})[planner.PRECISION_LABELS.get(precision, precision)] = text
+    labels = [planner.PRECISION_LABELS.get(p, p) for p in view.spec.precisions]
+    rows = [
+        {"GPU": gpu, "TP": tp, **{label: row.get(label, "") for label in labels}}
+        for (gpu, tp), row in sorted(cells.items())
+    ]
+    return pd.DataFrame(rows, columns=["GPU", "TP", *labels])
 
 
 def memory_table(view: PlanView) -> pd.DataFrame:

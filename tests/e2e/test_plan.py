@@ -48,7 +48,7 @@ def test_a_plan_link_shows_the_plan_with_the_measured_option(
     page.goto(f"{server.url}{LINK}")  # the fresh server's first page request
     expect_framed(page, LINK, "Plan")
     expect(page.get_by_text("serve 20 req/s peak + 20% headroom")).to_be_visible()
-    expect(page.locator('[data-testid="stDataFrame"]')).to_have_count(2)
+    expect(page.locator('[data-testid="stDataFrame"]')).to_have_count(3)
     charts = page.locator('[data-testid="stPlotlyChart"]')
     expect(charts).to_have_count(3)
     for title in ("GPUs needed per option", "Cost per hour at the peak", "Memory per GPU"):

@@ -296,3 +296,37 @@ def test_bad_url_values_become_a_message(params: dict[str, str], message: str) -
 def test_a_spec_with_unknown_keys_is_refused() -> None:
     with pytest.raises(InputError, match="unknown keys: budget"):
         PlanSpec.from_json('{"model": "x", "budget": 3}')
+
+
+def test_side_by_side_puts_tp_and_precision_in_one_grid() -> None:
+    from services.views.plan import PlanView, side_by_side
+
+    options = planner.plan_options(
+        _inputs(gpus=(GPU_16,), tps=(1, 2), precisions=("fp16", "int4")),
+        [],
+        FakeModel({1: 10.0, 2: 25.0}),
+    )
+    view = PlanView(spec=PlanSpec(tps=(1, 2), precisions=("fp16", "int4")), options=tuple(options))
+    grid = side_by_side(view).set_index(["GPU", "TP"])
+    assert list(grid.columns) == ["FP16/BF16", "INT4"]
+    assert grid.loc[("G16", 1), "FP16/BF16"] == "does not fit: weights"
+    assert grid.loc[("G16", 1), "INT4"] == "5 (model)"  # ceil(48 / 10)
+    assert grid.loc[("G16", 2), "INT4"] == "4 (model)"  # 2 replicas × TP 2
+
+
+def test_the_best_option_is_the_cheapest_priced_one_else_the_fewest_gpus() -> None:
+    gpu_b = GpuSpec(name="B", memory_bytes=80 * GIB, bandwidth_bytes_s=3e12, bf16_tflops=900.0)
+    model = FakeModel({1: 10.0})
+    # A: 5 GPUs at $3 = $15/hour; B: 5 GPUs, no price; C (G16 INT4): 5 GPUs at $2 = $10/hour
+    priced = _inputs(
+        gpus=(GPU_80, gpu_b, GPU_16),
+        tps=(1,),
+        precisions=("int4",),
+        prices={"G80": 3.0, "G16": 2.0},
+    )
+    best = planner.best_option(planner.plan_options(priced, [], model))
+    assert best is not None and (best.gpu, best.cost_per_hour) == ("G16", 10.0)
+    unpriced = planner.best_option(
+        planner.plan_options(_inputs(tps=(1, 2), prices={}), [], FakeModel({1: 10.0, 2: 30.0}))
+    )
+    assert unpriced is not None and (unpriced.tp, unpriced.gpus) == (2, 4)  # 2 × TP2 < 5 × TP1
