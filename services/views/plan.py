@@ -467,7 +467,8 @@ def _slo_targets(profile: slo.SloProfile) -> Any:
 
 def resolve_lengths(store: Store, spec: PlanSpec) -> planner.Lengths:
     """The request lengths ``spec`` names: typed, a stored run's means, or a ``watch`` target's
-    (prompt and generation tokens over finished requests, from its counters' growth)."""
+    (prompt and generation tokens over finished requests, from its counters' growth over every
+    stored sample, a counter reset counted from 0)."""
     if spec.lengths == "typed":
         return planner.Lengths(spec.input_tokens, spec.output_tokens)
     kind, _, name = spec.lengths.partition(":")
@@ -497,9 +498,13 @@ def _metrics_lengths(store: Store, target: str) -> planner.Lengths:
     df = sample_series.engine_series(store, since=-1e18, metrics=LENGTH_COUNTERS, targets=[target])
     growth: dict[str, float] = {}
     for metric, group in df.groupby("metric"):
-        values = pd.to_numeric(group["value"]).dropna()
+        values = pd.to_numeric(group["value"]).dropna().to_numpy(dtype=float)
         if len(values) >= 2:
-            growth[str(metric)] = float(values.iloc[-1] - values.iloc[0])
+            steps = values[1:] - values[:-1]
+            # a counter that went down was reset (the engine restarted): it counted from 0
+            growth[str(metric)] = float(
+                sum(d if d >= 0 else v for d, v in zip(steps, values[1:], strict=True))
+            )
     finished = growth.get("requests_finished_total", 0.0)
     prompt = growth.get("prompt_tokens_total", 0.0)
     generated = growth.get("generation_tokens_total", 0.0)

@@ -280,3 +280,60 @@ def test_bad_input_is_one_error_line_exit_2_and_stores_nothing(
         assert plans_store.prices(s) == {}
     finally:
         s.dispose()
+
+
+def test_lengths_from_a_watched_engine_are_its_counters_over_finished_requests(
+    measured_url: str,
+) -> None:
+    """The demo scraped the sim's /metrics during its runs: prompt and generation tokens per
+    finished request, from the counters' growth, are the plan's lengths."""
+    from store import sample_series
+
+    s = open_store(measured_url)
+    try:
+        targets = sample_series.last_sample_times(s)
+        target = str(targets[targets["kind"] == "engine"]["key"].iloc[0])
+        counters = sample_series.engine_series(
+            s, since=-1e18, metrics=plan.LENGTH_COUNTERS, targets=[target]
+        )
+        view = plan.plan_view(s, plan.PlanSpec(lengths=f"metrics:{target}", gpus=("L4-24GB",)))
+    finally:
+        s.dispose()
+    growth = {
+        m: float(g["value"].iloc[-1] - g["value"].iloc[0]) for m, g in counters.groupby("metric")
+    }
+    assert view.lengths is not None
+    assert view.lengths.source.startswith(f"metrics {target} (")
+    finished = growth["requests_finished_total"]
+    assert finished >= 1
+    assert view.lengths.input_mean == pytest.approx(growth["prompt_tokens_total"] / finished)
+    assert view.lengths.output_mean == pytest.approx(growth["generation_tokens_total"] / finished)
+    assert view.lengths.output_mean <= 16  # the demo's max_tokens
+
+
+def test_a_counter_reset_counts_from_zero(store: Store) -> None:
+    """An engine restarted mid-watch: its counters drop to a small value and grow again."""
+    import pandas as pd
+
+    from store import ingest
+
+    target = "http://gw/vllm/metrics"
+    series = {
+        "prompt_tokens_total": [100.0, 300.0, 50.0, 250.0],  # +200, reset +50, +200 = 450
+        "generation_tokens_total": [10.0, 30.0, 5.0, 25.0],  # +20, +5, +20 = 45
+        "requests_finished_total": [1.0, 3.0, 1.0, 3.0],  # +2, +1, +2 = 5
+    }
+    ingest.add_rows(
+        store,
+        "engine_samples",
+        pd.DataFrame(
+            [
+                {"target": target, "ts": 1000.0 + i, "metric": m, "engine": "vllm", "value": v}
+                for m, values in series.items()
+                for i, v in enumerate(values)
+            ]
+        ),
+    )
+    lengths = plan.resolve_lengths(store, plan.PlanSpec(lengths=f"metrics:{target}"))
+    assert (lengths.input_mean, lengths.output_mean) == (90.0, 9.0)
+    assert lengths.source == f"metrics {target} (5 finished requests)"
