@@ -492,10 +492,9 @@ def _sweep_groups(store: Store, sweep_id: str) -> tuple[pd.DataFrame, tuple[Seri
     if runs.empty:
         return runs, ()
     points = {
-        str(r): str((json_object(cp) or {}).get("sweep_point", {}).get("point_id") or "")
-        for r, cp in zip(runs["run_id"], runs["client_params"], strict=True)
+        str(r): _point_id(cp) for r, cp in zip(runs["run_id"], runs["client_params"], strict=True)
     }
-    listed = _listed(store, tuple(str(r) for r in runs["run_id"]))
+    listed = _listed(store, tuple(str(r) for r in runs["run_id"])[:MAX_RUNS])
     by_key: dict[tuple[str, ...], list[str]] = {}
     for rec in listed.to_dict("records"):
         by_key.setdefault(memory_load.series_key(rec), []).append(str(rec["run_id"]))
@@ -514,6 +513,12 @@ def _sweep_groups(store: Store, sweep_id: str) -> tuple[pd.DataFrame, tuple[Seri
             SeriesGroup(label=f"{shown} ({len(ids)} runs)", point=point, run_ids=tuple(ids))
         )
     return listed, tuple(groups)
+
+
+def _point_id(client_params: Any) -> str:
+    """The sweep point the runner recorded with a run (``client_params.sweep_point``), or ""."""
+    point = (json_object(client_params) or {}).get("sweep_point")
+    return str(point.get("point_id") or "") if isinstance(point, dict) else ""
 
 
 def _like(store: Store, run_id: str | None) -> tuple[str, ...]:

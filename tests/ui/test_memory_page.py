@@ -229,3 +229,37 @@ def test_one_run_says_what_fills_memory_vs_load(db_url: str) -> None:
     text = " ".join(i.value for i in at.info)
     assert "servescope sweep" in text and "--concurrency 1,8,32" in text
     assert any("ghost" in c.value and "not in the store" in c.value for c in at.caption)
+
+
+def test_a_sweep_link_offers_its_points(db_url: str) -> None:
+    """Sweep s1: points b8 and b32 (max_batch_size), each at rates 1 and 2 req/s."""
+    store = open_store(db_url)
+    try:
+        for p, batch in (("b8", 8), ("b32", 32)):
+            for rate in (1.0, 2.0):
+                row = _run_row(f"{p}-r{rate:g}", 1, T0 + 9000 + 100 * rate, T0 + 9060 + 100 * rate)
+                row |= {
+                    "name": f"{p} {rate:g}/s",
+                    "arrival": "poisson",
+                    "concurrency": None,
+                    "target_rate": rate,
+                    "sweep_id": "s1",
+                    "engine_params": {"max_batch_size": batch},
+                    "client_params": {"sweep_point": {"sweep_id": "s1", "point_id": p}},
+                }
+                ingest.add_run(store, row)
+    finally:
+        store.dispose()
+    at = _run(sweep="s1", point="b32")
+    _no_exception(at)
+    box = at.selectbox(key="memory_point")
+    assert box.value == "b32" and set(box.options) == {
+        "max_batch_size=8 (2 runs)",
+        "max_batch_size=32 (2 runs)",
+    }
+    assert list(at.dataframe[0].value["run"]) == ["b32 1/s", "b32 2/s"]
+    assert list(at.dataframe[0].value["load"]) == [1.0, 2.0]
+    box.set_value("b8").run()
+    _no_exception(at)
+    assert at.query_params["point"] in ("b8", ["b8"])
+    assert list(at.dataframe[0].value["run"]) == ["b8 1/s", "b8 2/s"]
