@@ -22,9 +22,12 @@ import signal
 import sys
 from collections.abc import Sequence
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from errors import ExitCode, ServeScopeError
+
+if TYPE_CHECKING:
+    from services.views.report import ReportData
 
 
 class Stopped(KeyboardInterrupt):
@@ -40,6 +43,15 @@ def _stop_as_interrupt(signum: int, frame: FrameType | None) -> None:
     raise Stopped(signum)
 
 
+def _render_report(data: ReportData) -> str:
+    """``servescope report``'s renderer: ``ui.report.render_html`` (the pages' own figure
+    builders). cli.py composes it with ``services.commands.report``, which sits below ``ui/``
+    and may not import it; imported here only when a report is written."""
+    from ui.report import render_html
+
+    return render_html(data)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``servescope`` parser: every command's subparser, in the order ``--help`` lists them."""
     from services.commands import (
@@ -51,7 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
         export,
         health,
         imports,
+        plan,
         quality,
+        report,
         sim,
         sweep,
         ui,
@@ -69,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.register(sub)
     bench.register(sub)
     sweep.register(sub)
+    plan.register(sub)
     imports.register(sub)
     export.register(sub)
     watch.register(sub)
@@ -76,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify.register(sub)
     quality.register(sub)
     checklist.register(sub)
+    report.register(sub, render=_render_report)
     health.register(sub)
     demo.register(sub)
     ui.register(sub)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import streamlit as st
 
 from errors import ServeScopeError
+from services.views.report import ReportRequest
 from ui import plan_charts as charts
 from ui import plan_panels as panels
+from ui import report
 from ui.cache import plan as cache_plan
 from ui.errors import show_error
 
@@ -49,3 +51,6 @@ panels.price_editor(view)
 st.subheader("Save this plan")
 panels.save_plan_form(view.spec)
 panels.show_saved(view)
+
+# the planning-review report of this plan (and the runs it measured), built only when clicked
+report.download_button(ReportRequest(plan_spec_json=view.spec.to_json()), key="plan_report")

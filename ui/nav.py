@@ -30,6 +30,7 @@ PAGES: tuple[PageSpec, ...] = (
     PageSpec("pages/data.py", "Data", ":material/database:", "data"),
     PageSpec("pages/compare.py", "Compare", ":material/compare_arrows:", "compare"),
     PageSpec("pages/tune.py", "Tune", ":material/tune:", "tune"),
+    PageSpec("pages/plan.py", "Plan", ":material/calculate:", "plan"),
     PageSpec("pages/latency.py", "Latency", ":material/timer:", "latency"),
     PageSpec("pages/memory.py", "Memory", ":material/memory:", "memory"),
 )

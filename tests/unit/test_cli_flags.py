@@ -55,6 +55,22 @@ LIST_FLAGS: dict[tuple[tuple[str, ...], str], tuple[list[str], list[str], list[s
         ["factual", "code"],
         [],
     ),
+    (("report",), "--runs"): (["report", "--out", "review.html"], ["r1", "r2"], []),
+    (("plan",), "--gpu"): (
+        ["plan", "--model", "llama-3.1-8b", "--peak-qps", "4", "--avg-qps", "2"],
+        ["H100-SXM-80GB", "L4-24GB"],
+        [],
+    ),
+    (("plan",), "--tp"): (
+        ["plan", "--model", "llama-3.1-8b", "--peak-qps", "4", "--avg-qps", "2"],
+        ["1", "2"],
+        [],
+    ),
+    (("plan",), "--precision"): (
+        ["plan", "--model", "llama-3.1-8b", "--peak-qps", "4", "--avg-qps", "2"],
+        ["fp16", "int4"],
+        [],
+    ),
     (("db", "prepare"), "RUN_ID"): (
         ["db", "--db", "duckdb:///x.duckdb", "prepare"],
         ["r1", "r2"],
