@@ -210,6 +210,9 @@ class Measurement:
     input_mean: float | None = None
     output_mean: float | None = None
     note: str = ""
+    #: the first load that failed the SLO, in req/s (its rate, or the request throughput a
+    #: closed-loop series achieved there): the capacity lies in [capacity_rps, capacity_upper_rps]
+    capacity_upper_rps: float | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -241,10 +244,20 @@ def cost_per_million_tokens(
     return usd_per_hour / tokens_per_hour * 1e6
 
 
-def prediction_error(predicted: float | None, measured: float | None) -> float | None:
-    """(predicted − measured) / measured; None unless both are known and measured > 0."""
+def prediction_error(
+    predicted: float | None, measured: float | None, upper: float | None = None
+) -> float | None:
+    """The model's error against a measurement: (predicted − measured) / measured.
+
+    ``upper``: where the measurement is a bracket — the capacity lies between the highest load
+    that met the SLO (``measured``) and the first that did not (``upper``: its rate, or for a
+    closed-loop series the request throughput it achieved) — a prediction inside the bracket
+    has error 0 and one above it is measured against its top: (predicted − upper) / upper.
+    None unless both are known and measured > 0."""
     if predicted is None or measured is None or not measured > 0:
         return None
+    if upper is not None and upper > measured and predicted > measured:
+        return 0.0 if predicted <= upper else (predicted - upper) / upper
     return (predicted - measured) / measured
 
 
@@ -391,6 +404,7 @@ class PlanOption:
     memory: MemoryRow
     predicted_rps: float | None = None
     measured_rps: float | None = None
+    measured_upper_rps: float | None = None
     error: float | None = None
     replicas: int | None = None
     gpus: int | None = None
@@ -496,7 +510,8 @@ def plan_options(
                             memory=mem,
                             predicted_rps=predicted,
                             measured_rps=m.capacity_rps,
-                            error=prediction_error(predicted, m.capacity_rps),
+                            measured_upper_rps=m.capacity_upper_rps,
+                            error=prediction_error(predicted, m.capacity_rps, m.capacity_upper_rps),
                             note=note,
                         )
                     )

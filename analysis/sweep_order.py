@@ -81,6 +81,9 @@ DEFAULTS: Final[Mapping[str, Any]] = {
     "max_model_len": None,
     "tensor_parallel": 1,
     "ctx_size": None,
+    # the engine told how many KV blocks to allocate (vLLM's --num-gpu-blocks-override, the sim's
+    # num_gpu_blocks): KV room = num_gpu_blocks × block_size instead of the memory budget's
+    "num_gpu_blocks": None,
     # the weights' and KV's bytes (None: the checkpoint's, perf_model.Deployment's rules) and the
     # weight precision's name in analysis.precision (picks the FP8 / INT8 tensor peak)
     "weight_dtype_bytes": None,
@@ -183,6 +186,8 @@ def prior_capacity(
         kv_tokens = float(perf_model.kv_capacity_tokens(dep))
     except ConfigError:
         return 0.0  # does not fit
+    if params.get("num_gpu_blocks") is not None:
+        kv_tokens = float(params["num_gpu_blocks"]) * dep.block_size
     if ctx_size is not None:
         kv_tokens = min(kv_tokens, float(ctx_size))
     footprint = inp + out / 2.0 + dep.block_size / 2.0

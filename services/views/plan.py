@@ -616,7 +616,7 @@ def measured_capacities(
         cap = compare_view.capacity(group)[0]
         runs = [str(r) for r in group["run_id"]]
         where = f"{series} on {tp}× {gpu} ({planner.PRECISION_LABELS[precision]})"
-        value, how = _capacity_rps(group, cap)
+        value, upper, how = _capacity_rps(group, cap)
         if value is None:
             skipped.append(f"{where}: {how}")
             continue
@@ -632,6 +632,7 @@ def measured_capacities(
                 input_mean=_mean_tokens(group, "input_tokens"),
                 output_mean=_mean_tokens(group, "output_tokens"),
                 note=how,
+                capacity_upper_rps=upper,
             )
         )
     return out, skipped, len(recs)
@@ -674,22 +675,33 @@ def _mean_tokens(group: pd.DataFrame, column: str) -> float | None:
 
 def _capacity_rps(
     group: pd.DataFrame, cap: compare_view.SeriesCapacity
-) -> tuple[float | None, str]:
-    """(req/s per replica, how) of one series' SLO capacity, or (None, why not)."""
+) -> tuple[float | None, float | None, str]:
+    """(req/s per replica, the first failing load in req/s, how) of one series' SLO capacity, or
+    (None, None, why not). The capacity lies between the two: a rate series' last passing and
+    first failing rates; a closed-loop series' request throughput at its highest passing and
+    first failing concurrency (a coarse concurrency grid makes the first a loose lower bound)."""
     c = cap.capacity
     if c.measured is None:
-        return None, c.note or "no load met the SLO"
+        return None, None, c.note or "no load met the SLO"
     note = "no failing load measured: at least this" if c.first_failing is None else ""
     if cap.load_kind == "rate":
-        return c.measured, note
+        return c.measured, c.first_failing, note
     if cap.load_kind == "concurrency":
-        at = group[pd.to_numeric(group["load"]) == c.measured]
-        thr = finite_number(at["request_throughput"].max()) if not at.empty else None
-        if thr is None or not thr > 0:
-            return None, "no request throughput at the highest passing concurrency"
+        thr = _throughput_at(group, c.measured)
+        if thr is None:
+            return None, None, "no request throughput at the highest passing concurrency"
+        upper = None if c.first_failing is None else _throughput_at(group, c.first_failing)
         how = f"request throughput at concurrency {c.measured:g}, the highest meeting the SLO"
-        return thr, "; ".join(n for n in (how, note) if n)
-    return None, "the runs record no load (rate or concurrency)"
+        if upper is not None and upper > thr:
+            how += f" (at {c.first_failing:g}, which failed: {upper:.3g} req/s)"
+        return thr, upper, "; ".join(n for n in (how, note) if n)
+    return None, None, "the runs record no load (rate or concurrency)"
+
+
+def _throughput_at(group: pd.DataFrame, load: float) -> float | None:
+    at = group[pd.to_numeric(group["load"]) == load]
+    thr = finite_number(at["request_throughput"].max()) if not at.empty else None
+    return thr if thr is not None and thr > 0 else None
 
 
 # --- tables (the page, the command and the report print the same) --------------------------------
@@ -720,6 +732,7 @@ def options_table(view: PlanView) -> pd.DataFrame:
                 "$/1M tokens (in+out)": o.cost_per_1m_total,
                 "Predicted (req/s)": o.predicted_rps,
                 "Measured (req/s)": o.measured_rps,
+                "First failing (req/s)": o.measured_upper_rps,
                 "Error": o.error,
                 "Source": o.source,
                 "Note": o.note,

@@ -63,6 +63,16 @@ def test_prediction_error_is_relative_to_the_measurement() -> None:
     assert planner.prediction_error(8.0, 0.0) is None
 
 
+def test_prediction_error_against_a_measured_bracket() -> None:
+    # the capacity lies between the last passing load (10 req/s) and the first failing (16)
+    assert planner.prediction_error(12.0, 10.0, 16.0) == 0.0
+    assert planner.prediction_error(16.0, 10.0, 16.0) == 0.0
+    assert planner.prediction_error(20.0, 10.0, 16.0) == pytest.approx(0.25)
+    assert planner.prediction_error(8.0, 10.0, 16.0) == pytest.approx(-0.2)
+    # an upper bound below the measurement (noise) is ignored
+    assert planner.prediction_error(12.0, 10.0, 9.0) == pytest.approx(0.2)
+
+
 def test_demand_and_lengths_reject_what_cannot_be_planned() -> None:
     assert planner.Demand(40, 15, 0.25).sized_qps == 50.0
     with pytest.raises(InputError, match="peak QPS is -1"):

@@ -51,6 +51,17 @@ def test_prior_grows_with_batch_size_until_the_kv_binds() -> None:
     )
 
 
+def test_prior_takes_the_kv_blocks_an_engine_was_given() -> None:
+    # 2,048 blocks × 16 tokens = 32,768 tokens hold ~21 sequences of 1024 + 512/2 + 8 tokens:
+    # fewer than max_batch_size 256, so the prior falls; as many blocks as the budget gives
+    # changes nothing, and more blocks than 64 sequences need cannot raise a batch-64 prior
+    free = prior(max_batch_size=256)
+    small = prior(max_batch_size=256, num_gpu_blocks=2048)
+    assert 0 < small < free / 2
+    assert prior(max_batch_size=64, num_gpu_blocks=10**6) == pytest.approx(prior(max_batch_size=64))
+    assert prior(max_batch_size=256, num_gpu_blocks=60) == 0.0  # 960 tokens: no request fits
+
+
 def test_prior_grows_with_kv_memory_when_memory_binds() -> None:
     low = prior(max_batch_size=128, kv_memory_fraction=0.5)
     high = prior(max_batch_size=128, kv_memory_fraction=0.9)
