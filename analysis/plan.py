@@ -14,8 +14,8 @@ per replica: the requests/s one replica (``tp`` GPUs) serves while meeting the S
 * **Cost per 1M tokens** at the *average* load (the fleet is sized for the peak but paid for
   every hour): ``cost per hour / (avg_qps × 3,600 × tokens per request) × 10⁶``, with tokens per
   request = mean output tokens (*per 1M output tokens*) or mean input + output (*per 1M tokens*).
-* **Predicted vs measured**: where both exist, error = (predicted − measured) / measured, the
-  prediction made for the measurement's own engine parameters and lengths.
+* **Predicted vs measured**: where both exist, the prediction (made for the measurement's own
+  engine parameters and lengths) against the measured bracket (:func:`prediction_error`).
 * **Memory** (:func:`memory_row`, ``analysis.capacity``): per GPU of a TP group, weights / TP,
   the KV cache's bytes per token, the KV budget ``kv_memory_fraction × memory − weights/TP −
   activations`` and the concurrent sequences of (input + output) tokens it holds in paged blocks.
@@ -389,7 +389,7 @@ class PlanOption:
 
     ``label``: where ``capacity_rps`` comes from ("measured", "model") or "does not fit".
     ``predicted_rps``: the model's capacity for the same configuration (for a measured row: at
-    the measurement's parameters and lengths), ``error``: (predicted − measured) / measured.
+    the measurement's parameters and lengths), ``error``: :func:`prediction_error` against the measured bracket.
     ``replicas``/``gpus``/costs are None when the option serves nothing (does not fit, or the
     model finds no load meeting the SLO; ``note`` says why).
     """

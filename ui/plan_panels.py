@@ -189,7 +189,8 @@ def show_options(view: PlanView) -> None:
         "source names the runs or sweep) or the *model*'s. Replicas = ceil(peak × (1 + "
         "headroom) / capacity); GPUs = replicas × TP; $/hour = GPUs × price; $/1M tokens = "
         "$/hour ÷ (average req/s × 3,600 × tokens per request) × 10⁶, output tokens or input + "
-        "output. Error = (predicted − measured) / measured. docs/plan.md has the details."
+        "output. Error: 0 when the prediction lies between the measured capacity and the first "
+        "failing load, else (predicted − nearer end) / nearer end. docs/plan.md has the details."
     )
 
 

@@ -299,7 +299,8 @@ def plan_lines(view: PlanView) -> list[str]:
         "",
         "capacity: req/s per replica meeting the SLO; replicas = ceil(peak × (1 + headroom) / "
         "capacity); GPUs = replicas × TP; $/1M = $/hour ÷ (average req/s × 3600 × tokens per "
-        "request) × 10⁶, output tokens ($/1M out) or input + output ($/1M tok); error = "
-        "(predicted − measured) / measured",
+        "request) × 10⁶, output tokens ($/1M out) or input + output ($/1M tok); error: "
+        "0 when the prediction lies between the measured capacity and the first failing "
+        "load, else (predicted − nearer end) / nearer end",
     ]
     return out
