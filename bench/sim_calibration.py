@@ -240,9 +240,9 @@ class EngineDefaults:
 
 
 _TRTLLM_SOURCES = {
-    "max_batch_size": "TensorRT-LLM docs/source/performance/performance-tuning-guide "
-    "(tuning-max-batch-size-and-max-num-tokens): trtllm-build --max_batch_size default 2048",
-    "max_batched_tokens": "same page: --max_num_tokens default 8192",
+    "max_batch_size": "TensorRT-LLM command reference, trtllm-build: --max_batch_size "
+    "default 2048 (docs/source/commands/trtllm-build)",
+    "max_batched_tokens": "trtllm-build: --max_num_tokens default 8192 (same page)",
     "kv_memory_fraction": "TensorRT-LLM KvCacheConfig.free_gpu_memory_fraction "
     "(kv_cache_free_gpu_mem_fraction) default 0.9, of the memory free after the engine loads",
     "prefix_caching": "KvCacheConfig.enable_block_reuse (enable_kv_cache_reuse) off by default "
