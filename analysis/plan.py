@@ -389,7 +389,8 @@ class PlanOption:
 
     ``label``: where ``capacity_rps`` comes from ("measured", "model") or "does not fit".
     ``predicted_rps``: the model's capacity for the same configuration (for a measured row: at
-    the measurement's parameters and lengths), ``error``: :func:`prediction_error` against the measured bracket.
+    the measurement's parameters and lengths), ``error``: :func:`prediction_error` against the
+    measured bracket.
     ``replicas``/``gpus``/costs are None when the option serves nothing (does not fit, or the
     model finds no load meeting the SLO; ``note`` says why).
     """

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+import pytest
 from plan_store import H100, store_series
 from streamlit.testing.v1 import AppTest
 
@@ -82,8 +83,12 @@ def test_a_measured_series_is_labelled_with_its_runs_and_error(db_url: str) -> N
     assert row["Capacity / replica (req/s)"] == 2.0  # the highest rate meeting the SLO
     assert row["Replicas"] == 12  # ceil(20 × 1.2 / 2)
     assert row["Source"] == "runs vllm-r2, vllm-r8"
+    assert row["First failing (req/s)"] == 8.0  # the capacity lies in [2, 8] req/s
     predicted = row["Predicted (req/s)"]
-    assert row["Error"] == (predicted - 2.0) / 2.0 * 100.0
+    # the error is against the bracket: 0 inside it, else against its nearer end
+    nearer = 8.0 if predicted > 8.0 else 2.0
+    expected = 0.0 if 2.0 <= predicted <= 8.0 else (predicted - nearer) / nearer * 100.0
+    assert row["Error"] == pytest.approx(expected)
     assert at.info == [] or "no measured" not in at.info[0].value
 
 
