@@ -460,6 +460,10 @@ def _names(entries: Sequence[Mapping[str, Any]]) -> str:
 
 
 _MODEL_SUFFIXES = ("-instruct", "-chat", "-hf", "-base", "-it")
+#: A trailing revision tag (-0528, -v0.1) or quantisation tag (-FP8, -AWQ, -W4A16 …) of a repo name.
+_TAG = re.compile(
+    r"-(?:\d{4}|v\d+(?:\.\d+)?|fp8(?:-dynamic)?|int[48]|awq|gptq|w\d+a\d+|bnb-4bit|nvfp4|mxfp4)$"
+)
 
 
 def _model_key(text: str) -> str:
@@ -477,8 +481,9 @@ def _model_key(text: str) -> str:
 def match_model(text: str) -> tuple[str, str]:
     """The catalogue model a row names and how: by entry name or Hugging Face repo (also one
     named in the cell's remark, e.g. "(test definition: meta-llama/…)"), ignoring case and the
-    Instruct/Chat/HF/Base suffixes; failing that, without a trailing revision tag
-    ("DeepSeek-R1-0528" → the deepseek-r1 entry). RowError when none or several match."""
+    Instruct/Chat/HF/Base suffixes; failing that, without trailing revision or quantisation tags
+    ("DeepSeek-V3-0324" → deepseek-v3, "Llama-3.1-8B-Instruct-FP8" → llama-3.1-8b). RowError
+    when none or several match."""
     entries = seeds.entries("models")
     head = text.split("(")[0].strip()
     candidates = [head, *re.findall(r"[\w.-]+/[\w.-]+", text)]
@@ -493,11 +498,16 @@ def match_model(text: str) -> tuple[str, str]:
             return next(iter(hit)), ""
         if hit:
             raise RowError(f"model {text!r} is ambiguous: {', '.join(sorted(hit))}")
-    stripped = re.sub(r"-(?:\d{4}|v\d+(?:\.\d+)?)$", "", _model_key(head))
-    hit = keyed.get(stripped)
-    if stripped != _model_key(head) and hit and len(hit) == 1:
-        name = next(iter(hit))
-        return name, f"model {head!r} replayed as {name} (same architecture, revision tag dropped)"
+    key = _model_key(head)
+    while (shorter := _model_key(_TAG.sub("", key))) != key:
+        key = shorter
+        hit = keyed.get(key)
+        if hit and len(hit) == 1:
+            name = next(iter(hit))
+            note = (
+                "same architecture; revision or quantisation tag dropped, precision column applies"
+            )
+            return name, f"model {head!r} replayed as {name} ({note})"
     raise RowError(f"unknown model {head!r}; catalogue: {_names(entries)}")
 
 

@@ -277,7 +277,17 @@ def test_gpus_the_catalogue_lacks_are_not_guessed(text: str) -> None:
         ),
         ("DeepSeek-R1-0528", "deepseek-r1"),
         ("deepseek-ai/DeepSeek-V3", "deepseek-v3"),
+        ("DeepSeek-V3-0324", "deepseek-v3"),
+        ("neuralmagic/Meta-Llama-3.1-8B-Instruct-FP8", "llama-3.1-8b"),
+        ("Mixtral-8x7B-Instruct-v0.1", "mixtral-8x7b"),
     ],
 )
 def test_model_names_match_the_catalogue(text: str, name: str) -> None:
     assert load_script().match_model(text)[0] == name
+
+
+@pytest.mark.parametrize("text", ["Foo-7B", "Llama-3.1-405B", "DeepSeek-R2"])
+def test_models_the_catalogue_lacks_are_not_guessed(text: str) -> None:
+    mod = load_script()
+    with pytest.raises(mod.RowError, match="unknown model"):
+        mod.match_model(text)
