@@ -291,3 +291,21 @@ def test_models_the_catalogue_lacks_are_not_guessed(text: str) -> None:
     mod = load_script()
     with pytest.raises(mod.RowError, match="unknown model"):
         mod.match_model(text)
+
+
+@pytest.mark.parametrize(
+    ("ratio", "low_in", "low_out"), [(0.5, 128, 64), (0.0, 1, 1), (1.0, 256, 128)]
+)
+def test_range_ratio_draws_within_its_bounds(ratio: float, low_in: int, low_out: int) -> None:
+    mod = load_script()
+    dist = f"random_range_ratio={ratio}"
+    sc = mod.build_scenario(
+        row("r", isl="256", osl="128", length_distribution=dist),
+        mod.perf_model.DEFAULT_CALIBRATION,
+        None,
+    )
+    rng = mod.random.Random(1)
+    draws = [mod.draw_lengths(sc, rng) for _ in range(2000)]
+    ins, outs = [i for i, _o in draws], [o for _i, o in draws]
+    assert min(ins) == low_in and max(ins) == 256
+    assert min(outs) == low_out and max(outs) == 128
