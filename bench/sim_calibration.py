@@ -14,7 +14,7 @@ in virtual time, no HTTP). The replay reads everything the row states:
 * **GPU** and **model** through the catalogue (``seeds/gpus.toml``, ``seeds/models.toml``):
   ``match_gpu`` matches names such as "H100 SXM 80GB" or a display name by chip, memory size and
   form factor; ``match_model`` matches a catalogue name or Hugging Face repo, ignoring the
-  Instruct/Chat/HF suffixes and, last, a trailing revision tag ("DeepSeek-R1-0528" → deepseek-r1).
+  Instruct/Chat/HF suffixes and, last, trailing revision or quantisation tags.
 * **Parallelism**: ``tp`` and ``parallel_layout`` (``TPn x k instances``, else k = gpu_count / tp):
   each of the k data-parallel instances gets 1/k of the load (request rate, concurrency, batch or
   requests); throughput is summed over the instances, latencies pooled over them.
@@ -25,14 +25,15 @@ in virtual time, no HTTP). The replay reads everything the row states:
 * **Engine settings** from ``engine_params`` (``name=value (engine flag)``, ``;``-separated, names
   ``max_batch_size``, ``kv_memory_fraction``, ``max_batched_tokens``, ``prefix_caching``,
   ``max_model_len``, and ``kv_cache_dtype``; other parts are listed as not simulated); a setting
-  the row does not state comes from ``ENGINE_DEFAULTS`` (one table,
-  the engine's documented default for the version it names, with its source) and is reported as
-  assumed. A ``kv_memory_fraction`` whose flag is TensorRT-LLM's ``kv_cache_free_gpu_mem_fraction``
-  is a fraction of the memory left after weights, converted to the sim's fraction of the GPU.
+  the row does not state comes from ``ENGINE_DEFAULTS`` (one table: the engine's documented
+  default for the version it names, with its source) and is reported as assumed. A
+  ``kv_memory_fraction`` whose flag is TensorRT-LLM's ``kv_cache_free_gpu_mem_fraction`` is a
+  fraction of the memory left after weights, converted to the sim's fraction of the GPU.
 * **Lengths**: ``random_range_ratio=R`` draws uniformly in [max(1, R×N), N] (SGLang's
   bench_serving; DataCrunch's R = 0 draws [1, N]); fixed lengths; a distribution the row does not
-  state replays the nominal lengths fixed (assumed); ShareGPT log-normal lengths at the row's means
-  or, where it gives none, ``DATASETS``'; mean input/output tokens where only those are given.
+  state replays the nominal lengths fixed (assumed); ShareGPT log-normal lengths at the row's
+  lengths or means, else ``DATASETS``'; fixed at the mean input/output tokens where only those
+  are given. Requests a row does not count: ``NUM_REQUESTS_DEFAULT`` (assumed).
 * **Scenario** (``SCENARIOS``): Poisson arrivals at the stated rate, all at once, closed-loop
   concurrency, a fixed batch; MLPerf server/offline replay as Poisson/all-at-once at the stated
   load (the MLPerf latency constraints themselves are not checked).
@@ -44,8 +45,9 @@ and E2E are compared with whatever statistic the row states (mean, else median);
 measured − 1. ``--json OUT`` writes, per row, ``{"id", "skipped", "measured", "predicted"}`` with
 the keys ``output_tok_s``, ``ttft_ms``, ``tpot_ms``, ``e2e_ms`` (measured: null where the row
 states no value; predicted: every metric of a replayed row, in the row's statistic, else the
-mean), plus ``stat`` (the statistic of each key), ``settings`` (the engine settings replayed) and
-``assumed`` (what the row did not state and the replay assumed).
+mean), plus ``stat`` (the statistic of each key), ``settings`` (the engine settings replayed),
+``assumed`` (what the row did not state and the replay assumed) and ``not_simulated`` (parts of
+``engine_params`` the sim does not model).
 
 **In-sample vs out-of-sample.** The shipped constants (analysis/perf_model.DEFAULT_CALIBRATION)
 were fitted on *all* the published rows, so the per-row table and its summary are **in-sample**
