@@ -1,9 +1,10 @@
-"""``servescope db``: store maintenance — info, runs, migrate, ingest-spool, prepare; and the
-pinned baselines of ``servescope compare --baseline pinned`` (pin, unpin, pinned).
+"""``servescope db``: store maintenance — info, runs, migrate, ingest-spool, prepare, compact;
+and the pinned baselines of ``servescope compare --baseline pinned`` (pin, unpin, pinned).
 
 Exit codes: 0 done; ``errors.ExitCode.PARTIAL`` (1) when the store refused some writes
 (``ingest-spool``: batches kept as ``*.rejected``; ``prepare``: the store stayed locked);
-``ERROR`` (2) for an unknown run id or a bad ``--limit`` (nothing done).
+``ERROR`` (2) for an unknown run id, a bad ``--limit`` or a bad ``compact`` duration (nothing
+done).
 
 A pinned baseline is a run tagged ``baseline`` (:data:`PIN_TAG`, visible and editable on the
 Data page); ``db pin`` keeps at most one per (model, gpu_name, workload).
@@ -21,7 +22,8 @@ from typing import Any
 import pandas as pd
 
 from errors import ExitCode, InputError
-from store import ingest, migrations, runs_table, tables
+from services.commands.watch import parse_duration
+from store import ingest, migrations, retention, runs_table, tables
 from store.db import Store, location_spool_dir
 from store.lifecycle import open_store
 
@@ -64,6 +66,31 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="space-separated run ids (default: every run); an unknown id is an error and "
         "nothing is prepared",
     )
+    compact = actions.add_parser(
+        "compact",
+        help="downsample old engine and GPU samples to per-bucket aggregates (bounded store)",
+        description="Replace engine_samples, engine_raw_samples and gpu_samples rows older than "
+        "--raw-for by one row per series and --bucket: the first value for counters (names "
+        "ending _total/_count/_sum/_bucket), the mean for gauges. Samples inside a stored run's "
+        "window stay raw. One transaction per table; re-running is a no-op. See docs/retention.md.",
+    )
+    compact.add_argument(
+        "--raw-for",
+        type=parse_duration,
+        default=24 * 3600.0,
+        metavar="DURATION",
+        help="keep samples raw this long (default 24h; e.g. 30m, 6h)",
+    )
+    compact.add_argument(
+        "--bucket",
+        type=parse_duration,
+        default=60.0,
+        metavar="DURATION",
+        help="aggregate older samples per this bucket (default 1m; whole seconds)",
+    )
+    compact.add_argument(
+        "--dry-run", action="store_true", help="print what would change, write nothing"
+    )
     pin = actions.add_parser(
         "pin",
         help="pin a run as the baseline of its model, GPU and workload (compare --baseline pinned)",
@@ -91,6 +118,8 @@ def run(args: argparse.Namespace) -> int:
         print_runs(store, args.limit)
     elif args.db_action == "prepare":
         return prepare_runs(store, args.run_ids)
+    elif args.db_action == "compact":
+        print_compact(store, raw_for_s=args.raw_for, bucket_s=args.bucket, dry_run=args.dry_run)
     elif args.db_action == "pin":
         for line in pin_run(store, args.run_id):
             print(line)
@@ -108,6 +137,20 @@ def print_info(store: Store) -> None:
     print(f"store: {store.url}")
     for table, count in tables.table_counts(store).items():
         print(f"  {table:<22} {count:>12,}")
+
+
+def print_compact(store: Store, *, raw_for_s: float, bucket_s: float, dry_run: bool) -> None:
+    """``servescope db compact``: downsample old samples (``store.retention``), printing the rows
+    before and after per table."""
+    report = retention.compact(store, raw_for_s=raw_for_s, bucket_s=bucket_s, dry_run=dry_run)
+    cutoff = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(report.cutoff))
+    verb = "would compact" if dry_run else "compacted"
+    print(f"{verb} samples before {cutoff} UTC into {report.bucket_s:g} s buckets in {store.url}")
+    print(f"  {'table':<20} {'rows before':>12} {'rows after':>12} {'buckets':>9}")
+    for t in report.tables:
+        print(f"  {t.table:<20} {t.rows_before:>12,} {t.rows_after:>12,} {t.buckets:>9,}")
+    if dry_run:
+        print("dry run: nothing was written")
 
 
 def prepare_runs(store: Store, run_ids: Sequence[str]) -> int:
