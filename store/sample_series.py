@@ -106,6 +106,32 @@ def engine_histogram_series(
     )
 
 
+def engine_raw_series(
+    store: Store,
+    names: Sequence[str],
+    *,
+    since: float,
+    until: float | None = None,
+    targets: Sequence[str] | None = None,
+) -> pd.DataFrame:
+    """Raw (labelled) engine series of ``names`` in [since, until]: columns target, ts, name,
+    labels (canonical JSON), value. For per-window increases pass ``since`` one window early,
+    so the first window has its baseline scrape."""
+    if not names:
+        return pd.DataFrame(columns=["target", "ts", "name", "labels", "value"])
+    name_sql, params = _in_list("n", list(names))
+    sql = (
+        "SELECT target, ts, name, labels, value FROM engine_raw_samples "
+        f"WHERE ts >= :since AND ts <= :until AND name IN ({name_sql})"
+    )
+    params_all: dict[str, object] = {"since": since, "until": until or 1e18, **params}
+    if targets:
+        target_sql, tparams = _in_list("t", list(targets))
+        sql += f" AND target IN ({target_sql})"
+        params_all.update(tparams)
+    return store.read_df(sql + " ORDER BY target, name, labels, ts", params_all)
+
+
 def gpu_series(
     store: Store, *, since: float, until: float | None = None, hosts: Sequence[str] | None = None
 ) -> pd.DataFrame:

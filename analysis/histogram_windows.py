@@ -1,0 +1,358 @@
+"""Windowed percentiles summed over targets, their precision, and request/error rates (pure).
+
+The on-call questions ("what was P99 TTFT of this model between 14:05 and 14:10, and how many
+requests failed?") are answered from the engines' own cumulative histograms and counters, as
+Prometheus answers them:
+
+- **summed over targets**: ``histogram_quantile(q, sum by (le) (increase(x_bucket[w])))`` —
+  per target and per bucket the increase over the window (every drop between consecutive
+  scrapes is a restart from 0, so a target that restarts mid-window keeps what it served before
+  and after), summed across the targets of one model, then the quantile (linear interpolation
+  inside the bucket; ``analysis.engine_series.histogram_quantile``). Averaging per-target
+  percentiles is *not* this, and is never done here;
+- **precision**: a percentile from buckets is only known to lie inside its bucket; each
+  percentile comes with that bucket's bounds and a phrase ("P99 inside the 0.5–1 s bucket");
+  a rank in the ``+Inf`` bucket answers the highest finite bound, as Prometheus does, and says
+  the true value is only known to exceed it;
+- **request and error rate** per window from the finished-request counters by reason, as the
+  raw store keeps them (``engine_raw_samples``: name, labels JSON). Which series count as
+  failures is stated per engine in ``FAILURE_SERIES``.
+
+A window is (w0, w0 + window_s]. Its baseline is a target's last scrape at or before w0; a
+target with no scrape at or before w0 (it appeared inside the window) takes its first scrape in
+the window as baseline (no extrapolation). An empty window has count 0 and NaN percentiles,
+with a ``note`` saying why.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from analysis.engine_series import _parse_bucket, _qname, counter_increase, histogram_quantile
+
+NOTE_NO_SCRAPE = "no scrape in this window"
+NOTE_NO_REQUESTS = "no request finished in this window"
+NOTE_NO_BUCKETS = "no buckets exported: mean only"
+
+
+@dataclass(frozen=True)
+class BucketBounds:
+    """The bucket a percentile falls in: (lower, upper]; ``upper`` is inf for the +Inf bucket."""
+
+    lower: float
+    upper: float
+
+    @property
+    def open_ended(self) -> bool:
+        return math.isinf(self.upper)
+
+
+def quantile_bucket(q: float, buckets: Sequence[tuple[float, float]]) -> BucketBounds | None:
+    """The bucket holding the ``q`` rank of ``buckets`` ((upper bound, cumulative count)),
+    chosen exactly as ``histogram_quantile`` chooses it; None when the histogram is empty."""
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"quantile must be within 0..1, got {q!r}")
+    pts = sorted((float(le), float(c)) for le, c in buckets)
+    if not pts or not math.isinf(pts[-1][0]):
+        return None
+    bounds = [le for le, _ in pts]
+    counts = list(np.maximum.accumulate([c for _, c in pts]))
+    if counts[-1] <= 0:
+        return None
+    rank = q * counts[-1]
+    i = next(k for k, c in enumerate(counts) if c >= rank)
+    lower = min(0.0, bounds[0]) if i == 0 else bounds[i - 1]
+    return BucketBounds(lower, bounds[i])
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.6g}"
+
+
+def precision_phrase(q: float, bounds: BucketBounds | None, unit: str = "s") -> str:
+    """How precisely the buckets place a percentile, in words.
+
+    ``P99 inside the 0.5–1 s bucket``; for the +Inf bucket: ``P99 above 2.5 s (the +Inf
+    bucket): the value shown is the highest finite bound, as Prometheus reports it``.
+    """
+    label = f"P{_qname(q).replace('_', '.')}"
+    if bounds is None:
+        return f"{label}: no requests in the window"
+    if bounds.open_ended:
+        return (
+            f"{label} above {_fmt(bounds.lower)} {unit} (the +Inf bucket): the value shown is "
+            "the highest finite bound, as Prometheus reports it; the true value is only known "
+            "to exceed it"
+        )
+    return f"{label} inside the {_fmt(bounds.lower)}–{_fmt(bounds.upper)} {unit} bucket"
+
+
+# --- summed over targets -------------------------------------------------------------------
+
+
+def _target_wide(rows: pd.DataFrame, hist: str) -> pd.DataFrame:
+    """One target's histogram series as a ts × metric table, buckets carried forward."""
+    mine = rows[rows["metric"].str.startswith(hist + "_")]
+    wide = mine.pivot_table(index="ts", columns="metric", values="value", aggfunc="last")
+    # the watcher stores buckets only when the count moved: carry the last full scrape forward
+    return wide.sort_index().ffill()
+
+
+def _window_span(ts: np.ndarray, w0: float, w1: float) -> tuple[int, int] | None:
+    """Indices (first, last) of the scrapes that measure (w0, w1]: the last at or before w0
+    (or the first inside, for a source that appeared mid-window) to the last at or before w1;
+    None when fewer than two scrapes span the window."""
+    first = max(int(np.searchsorted(ts, w0, side="right")) - 1, 0)
+    last = int(np.searchsorted(ts, w1, side="right")) - 1
+    return (first, last) if last > first else None
+
+
+def _window_increase(wide: pd.DataFrame, w0: float, w1: float) -> pd.Series | None:
+    """Per-column increase of one target over (w0, w1], resets handled per column; None when
+    the target has fewer than two scrapes spanning the window."""
+    span = _window_span(wide.index.to_numpy(dtype="float64"), w0, w1)
+    if span is None:
+        return None
+    part = wide.iloc[span[0] : span[1] + 1]
+    return part.apply(lambda col: counter_increase(col.to_numpy(dtype="float64")), axis=0)
+
+
+def summed_histogram_windows(
+    rows: pd.DataFrame,
+    hist: str,
+    *,
+    window_s: float,
+    quantiles: Sequence[float] = (0.5, 0.9, 0.99),
+    start: float | None = None,
+    end: float | None = None,
+) -> pd.DataFrame:
+    """Per-window count, mean and percentiles of ``hist`` summed over the targets in ``rows``.
+
+    ``rows``: columns target, ts, metric, value — the stored ``<hist>_bucket:<le>``, ``_sum``,
+    ``_count`` series of the targets of ONE model (``store.sample_series.
+    engine_histogram_series`` per target, with a ``target`` column). Windows (w0, w0 + window_s]
+    tile [start, end) (default: first to last scrape).
+
+    Returns columns window_start, window_end, targets (how many contributed), count, mean,
+    then per quantile ``p99`` (seconds), ``p99_lower``, ``p99_upper`` (the bucket it lies in;
+    upper inf for the +Inf bucket) and ``p99_precision`` (the phrase), and ``note`` (why a
+    window has no percentiles, else empty).
+    """
+    qcols = [f"p{_qname(q)}" for q in quantiles]
+    columns = ["window_start", "window_end", "targets", "count", "mean"]
+    for c in qcols:
+        columns += [c, f"{c}_lower", f"{c}_upper", f"{c}_precision"]
+    columns.append("note")
+    if window_s <= 0:
+        raise ValueError(f"window_s must be > 0 seconds, got {window_s!r}")
+    mine = rows[rows["metric"].str.startswith(hist + "_")] if not rows.empty else rows
+    if mine.empty:
+        return pd.DataFrame({c: pd.Series(dtype="float64") for c in columns})
+    wides = {str(t): _target_wide(df, hist) for t, df in mine.groupby("target", sort=True)}
+    all_ts = np.concatenate([w.index.to_numpy(dtype="float64") for w in wides.values()])
+    lo = float(all_ts.min()) if start is None else float(start)
+    hi = float(all_ts.max()) + 1e-9 if end is None else float(end)
+    count_col, sum_col = f"{hist}_count", f"{hist}_sum"
+    out: list[dict[str, object]] = []
+    for w0 in np.arange(lo, hi, window_s):
+        w1 = float(w0) + window_s
+        buckets: dict[float, float] = {}
+        count = total = 0.0
+        has_sum = False
+        contributing = 0
+        for wide in wides.values():
+            inc = _window_increase(wide, float(w0), w1)
+            if inc is None:
+                continue
+            contributing += 1
+            target_buckets = {}
+            for col, value in inc.items():
+                le = _parse_bucket(str(col), hist)
+                if le is not None and not math.isnan(value):
+                    target_buckets[le] = float(value)
+            for le, value in target_buckets.items():
+                buckets[le] = buckets.get(le, 0.0) + value
+            if count_col in inc.index and not math.isnan(inc[count_col]):
+                count += float(inc[count_col])
+            elif math.inf in target_buckets:
+                count += target_buckets[math.inf]
+            if sum_col in inc.index and not math.isnan(inc[sum_col]):
+                total += float(inc[sum_col])
+                has_sum = True
+        rec: dict[str, object] = {
+            "window_start": float(w0),
+            "window_end": w1,
+            "targets": contributing,
+            "count": count,
+            "mean": total / count if count > 0 and has_sum else math.nan,
+        }
+        pairs = sorted(buckets.items())
+        for q, col in zip(quantiles, qcols, strict=True):
+            value = histogram_quantile(q, pairs) if count > 0 and pairs else None
+            bounds = quantile_bucket(q, pairs) if count > 0 and pairs else None
+            rec[col] = math.nan if value is None else value
+            rec[f"{col}_lower"] = math.nan if bounds is None else bounds.lower
+            rec[f"{col}_upper"] = math.nan if bounds is None else bounds.upper
+            rec[f"{col}_precision"] = "" if bounds is None else precision_phrase(q, bounds)
+        if contributing == 0:
+            rec["note"] = NOTE_NO_SCRAPE
+        elif count <= 0:
+            rec["note"] = NOTE_NO_REQUESTS
+        elif not pairs:
+            rec["note"] = NOTE_NO_BUCKETS
+        else:
+            rec["note"] = ""
+        out.append(rec)
+    return pd.DataFrame.from_records(out, columns=columns)
+
+
+# --- request and error rates -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FinishedSeries:
+    """An engine's raw counters of finished requests and which of them are failures.
+
+    ``total``: names whose series, summed, count every finished request. ``failed``: ``(name,
+    label, values)``: a series is a failure when ``labels[label]`` is in ``values`` (label None:
+    every series of that name). ``reason_label``: the label naming the reason, if any.
+    """
+
+    total: tuple[str, ...]
+    failed: tuple[tuple[str, str | None, frozenset[str]], ...]
+    reason_label: str | None
+
+
+#: Per engine: where finished and failed requests are counted (docs/oncall.md).
+FAILURE_SERIES: dict[str, FinishedSeries] = {
+    # vLLM: one counter by finished_reason; abort (client went away / cancelled) and error fail
+    "vllm": FinishedSeries(
+        total=("vllm:request_success_total",),
+        failed=(("vllm:request_success_total", "finished_reason", frozenset({"abort", "error"})),),
+        reason_label="finished_reason",
+    ),
+    # SGLang: num_requests_total counts every request; num_aborted_requests_total the aborted
+    "sglang": FinishedSeries(
+        total=("sglang:num_requests_total",),
+        failed=(("sglang:num_aborted_requests_total", None, frozenset()),),
+        reason_label=None,
+    ),
+    # TGI: success and failure are separate counters; failure carries err=<kind>
+    "tgi": FinishedSeries(
+        total=("tgi_request_success", "tgi_request_failure"),
+        failed=(("tgi_request_failure", None, frozenset()),),
+        reason_label="err",
+    ),
+}
+FAILURE_SERIES["sim"] = FAILURE_SERIES["vllm"]
+
+
+def finished_series_names(engines: Sequence[str] | None = None) -> list[str]:
+    """Every raw series name ``request_rate_windows`` reads (for the store query)."""
+    names: set[str] = set()
+    for engine, spec in FAILURE_SERIES.items():
+        if engines is None or engine in engines:
+            names.update(spec.total)
+            names.update(n for n, _, _ in spec.failed)
+    return sorted(names)
+
+
+def _is_failed(spec: FinishedSeries, name: str, labels: dict[str, str]) -> bool:
+    for fname, label, values in spec.failed:
+        if name == fname and (label is None or labels.get(label) in values):
+            return True
+    return False
+
+
+def request_rate_windows(
+    raw: pd.DataFrame,
+    engine: str,
+    *,
+    window_s: float,
+    start: float | None = None,
+    end: float | None = None,
+) -> pd.DataFrame:
+    """Per-window finished requests, failures, their rates and the error rate, over targets.
+
+    ``raw``: columns target, ts, name, labels (canonical JSON), value — the raw counter series
+    of ``finished_series_names([engine])`` for the targets of one model. Each series' increase
+    (resets handled) is taken per target and summed. Returns window_start, window_end,
+    finished, failed, request_rate (finished/s), failure_rate (failed/s), error_rate
+    (failed/finished; NaN when none finished), failed_by_reason (dict reason → count), note.
+    """
+    if engine not in FAILURE_SERIES:
+        raise ValueError(
+            f"no finished/failed request counters known for engine {engine!r}; "
+            f"known: {', '.join(sorted(FAILURE_SERIES))}"
+        )
+    if window_s <= 0:
+        raise ValueError(f"window_s must be > 0 seconds, got {window_s!r}")
+    spec = FAILURE_SERIES[engine]
+    columns = [
+        "window_start",
+        "window_end",
+        "finished",
+        "failed",
+        "request_rate",
+        "failure_rate",
+        "error_rate",
+        "failed_by_reason",
+        "note",
+    ]
+    wanted = set(spec.total) | {n for n, _, _ in spec.failed}
+    mine = raw[raw["name"].isin(wanted)] if not raw.empty else raw
+    if mine.empty:
+        return pd.DataFrame({c: pd.Series(dtype="float64") for c in columns})
+    series: list[tuple[str, dict[str, str], np.ndarray, np.ndarray]] = []
+    for (_target, series_name, key), df in mine.groupby(["target", "name", "labels"], sort=True):
+        d = df.sort_values("ts")
+        series.append(
+            (
+                str(series_name),
+                dict(json.loads(str(key))),
+                d["ts"].to_numpy(dtype="float64"),
+                d["value"].to_numpy(dtype="float64"),
+            )
+        )
+    all_ts = mine["ts"].to_numpy(dtype="float64")
+    lo = float(all_ts.min()) if start is None else float(start)
+    hi = float(all_ts.max()) + 1e-9 if end is None else float(end)
+    out: list[dict[str, object]] = []
+    for w0 in np.arange(lo, hi, window_s):
+        w1 = float(w0) + window_s
+        finished = failed = 0.0
+        by_reason: dict[str, float] = {}
+        seen = False
+        for name, labels, ts, values in series:
+            span = _window_span(ts, float(w0), w1)
+            if span is None:
+                continue
+            seen = True
+            inc = counter_increase(values[span[0] : span[1] + 1])
+            if name in spec.total:
+                finished += inc
+            if _is_failed(spec, name, labels):
+                failed += inc
+                reason = labels.get(spec.reason_label or "", name) if spec.reason_label else name
+                if inc > 0:
+                    by_reason[reason] = by_reason.get(reason, 0.0) + inc
+        out.append(
+            {
+                "window_start": float(w0),
+                "window_end": w1,
+                "finished": finished,
+                "failed": failed,
+                "request_rate": finished / window_s if seen else math.nan,
+                "failure_rate": failed / window_s if seen else math.nan,
+                "error_rate": failed / finished if finished > 0 else math.nan,
+                "failed_by_reason": by_reason,
+                "note": "" if finished > 0 else (NOTE_NO_REQUESTS if seen else NOTE_NO_SCRAPE),
+            }
+        )
+    return pd.DataFrame.from_records(out, columns=columns)
