@@ -137,7 +137,8 @@ def summed_histogram_windows(
     ``rows``: columns target, ts, metric, value — the stored ``<hist>_bucket:<le>``, ``_sum``,
     ``_count`` series of the targets of ONE model (``store.sample_series.
     engine_histogram_series`` per target, with a ``target`` column). Windows (w0, w0 + window_s]
-    tile [start, end) (default: first to last scrape).
+    start at ``start`` and step by ``window_s`` while w0 < ``end``, so the last one covers
+    ``end`` (defaults: the first and the last scrape of any target).
 
     Returns columns window_start, window_end, targets (how many contributed), count, mean,
     then per quantile ``p99`` (seconds), ``p99_lower``, ``p99_upper`` (the bucket it lies in;
@@ -157,7 +158,7 @@ def summed_histogram_windows(
     wides = {str(t): _target_wide(df, hist) for t, df in mine.groupby("target", sort=True)}
     all_ts = np.concatenate([w.index.to_numpy(dtype="float64") for w in wides.values()])
     lo = float(all_ts.min()) if start is None else float(start)
-    hi = float(all_ts.max()) + 1e-9 if end is None else float(end)
+    hi = float(all_ts.max()) if end is None else float(end)
     count_col, sum_col = f"{hist}_count", f"{hist}_sum"
     out: list[dict[str, object]] = []
     for w0 in np.arange(lo, hi, window_s):
@@ -210,6 +211,35 @@ def summed_histogram_windows(
             rec["note"] = ""
         out.append(rec)
     return pd.DataFrame.from_records(out, columns=columns)
+
+
+def histogram_windows_by_target(
+    rows: pd.DataFrame,
+    hist: str,
+    *,
+    window_s: float,
+    quantiles: Sequence[float] = (0.5, 0.9, 0.99),
+    start: float | None = None,
+    end: float | None = None,
+) -> pd.DataFrame:
+    """``summed_histogram_windows`` of each target alone, on the same window grid (default:
+    first to last scrape of any target), with a leading ``target`` column."""
+    mine = rows[rows["metric"].str.startswith(hist + "_")] if not rows.empty else rows
+    if not mine.empty:
+        start = float(mine["ts"].min()) if start is None else start
+        end = float(mine["ts"].max()) if end is None else end
+    parts = []
+    for target, df in mine.groupby("target", sort=True):
+        w = summed_histogram_windows(
+            df, hist, window_s=window_s, quantiles=quantiles, start=start, end=end
+        )
+        w.insert(0, "target", str(target))
+        parts.append(w)
+    if not parts:
+        empty = summed_histogram_windows(mine, hist, window_s=window_s, quantiles=quantiles)
+        empty.insert(0, "target", pd.Series(dtype="object"))
+        return empty
+    return pd.concat(parts, ignore_index=True)
 
 
 # --- request and error rates -----------------------------------------------------------------
@@ -285,6 +315,7 @@ def request_rate_windows(
     (resets handled) is taken per target and summed. Returns window_start, window_end,
     finished, failed, request_rate (finished/s), failure_rate (failed/s), error_rate
     (failed/finished; NaN when none finished), failed_by_reason (dict reason → count), note.
+    Windows are laid out as in ``summed_histogram_windows``.
     """
     if engine not in FAILURE_SERIES:
         raise ValueError(
@@ -322,7 +353,7 @@ def request_rate_windows(
         )
     all_ts = mine["ts"].to_numpy(dtype="float64")
     lo = float(all_ts.min()) if start is None else float(start)
-    hi = float(all_ts.max()) + 1e-9 if end is None else float(end)
+    hi = float(all_ts.max()) if end is None else float(end)
     out: list[dict[str, object]] = []
     for w0 in np.arange(lo, hi, window_s):
         w1 = float(w0) + window_s

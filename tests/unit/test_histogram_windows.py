@@ -350,3 +350,16 @@ def test_tgi_failures_by_error_kind() -> None:
     assert w["finished"].iloc[0] == 20.0 and w["failed"].iloc[0] == 2.0
     assert w["error_rate"].iloc[0] == pytest.approx(0.1)
     assert w["failed_by_reason"].iloc[0] == {"overloaded": 1.0, "validation": 1.0}
+
+
+def test_per_target_windows_share_one_grid() -> None:
+    a = _rows("a", [(0.0, {1.0: 0.0, INF: 0.0}, 0.0), (10.0, {1.0: 4.0, INF: 4.0}, 2.0)])
+    b = _rows("b", [(10.0, {1.0: 0.0, INF: 0.0}, 0.0), (20.0, {1.0: 0.0, INF: 2.0}, 6.0)])
+    w = hw.histogram_windows_by_target(pd.concat([a, b]), "ttft_seconds", window_s=10.0)
+    assert w["target"].tolist() == ["a", "a", "b", "b"]
+    assert w["window_start"].tolist() == [0.0, 10.0, 0.0, 10.0]
+    assert w["count"].tolist() == [4.0, 0.0, 0.0, 2.0]
+    assert w["p50"].iloc[0] == pytest.approx(0.5)
+    assert w["p50"].iloc[3] == 1.0 and "+Inf" in w["p50_precision"].iloc[3]
+    assert w["note"].iloc[2] == hw.NOTE_NO_SCRAPE
+    assert hw.histogram_windows_by_target(a.iloc[0:0], "ttft_seconds", window_s=10.0).empty
