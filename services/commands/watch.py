@@ -5,6 +5,10 @@ Ctrl-C (which flushes what is buffered), printing a one-line live status. Exit c
 something was collected, ``errors.ExitCode.FAILED`` (3) when every scrape of every target
 failed (a CI pipeline can tell), ``SPOOLED`` (4) when the store stayed locked and rows wait in the
 spool, 2 for bad input.
+
+``--retain-raw``/``--downsample`` compact the sample tables (``store.retention``) on a thread of
+their own, at the start and every :data:`COMPACT_EVERY_S` of watching, so a watch of weeks stays
+bounded without delaying a scrape (docs/retention.md).
 """
 
 from __future__ import annotations
@@ -12,11 +16,18 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import threading
 import time
+from collections.abc import Callable
 from typing import TextIO
 
 from collectors import watch
-from errors import ExitCode, InputError
+from errors import ExitCode, InputError, StoreError
+from store import retention
+from store.db import Store
+
+#: How often ``--retain-raw``/``--downsample`` compact while watching (seconds).
+COMPACT_EVERY_S = 600.0
 
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -82,8 +93,74 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default="engine",
         help="raw series kept: the engine's (and DCGM's) families (default), all, or none",
     )
+    p.add_argument(
+        "--retain-raw",
+        type=parse_duration,
+        default=None,
+        metavar="DURATION",
+        help="keep samples raw this long, then downsample them (e.g. 24h; default with "
+        "--downsample: 24h); compacts at the start and every 10 minutes (db compact)",
+    )
+    p.add_argument(
+        "--downsample",
+        type=parse_duration,
+        default=None,
+        metavar="DURATION",
+        help="bucket of the downsampled samples (e.g. 1m, whole seconds; default with "
+        "--retain-raw: 1m)",
+    )
     p.add_argument("--db", help="store URL (default: $SERVESCOPE_DB or the DuckDB file)")
     p.set_defaults(func=run)
+
+
+class Compactor:
+    """Runs ``retention.compact`` at the start and every ``every_s`` on its own thread, so the
+    scrapes and the writer never wait for it. A failed compaction (the store refused it) is
+    reported through ``on_note`` and retried at the next period; it never stops the watch."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        raw_for_s: float,
+        bucket_s: float,
+        every_s: float = COMPACT_EVERY_S,
+        on_note: Callable[[str], None] = lambda note: None,
+    ) -> None:
+        self.store = store
+        self.raw_for_s = raw_for_s
+        self.bucket_s = bucket_s
+        self.every_s = every_s
+        self.on_note = on_note
+        self.removed = 0
+        self.runs = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._main, name="servescope-compact", daemon=True)
+
+    def start(self) -> Compactor:
+        self._thread.start()
+        return self
+
+    def compact_once(self) -> None:
+        try:
+            report = retention.compact(self.store, raw_for_s=self.raw_for_s, bucket_s=self.bucket_s)
+        except StoreError as exc:
+            self.on_note(f"servescope watch: compaction skipped, retried later: {exc}")
+            return
+        self.runs += 1
+        self.removed += report.removed
+
+    def _main(self) -> None:
+        while not self._stop.is_set():
+            self.compact_once()
+            if self._stop.wait(self.every_s):
+                return
+
+    def stop(self, timeout_s: float = 60.0) -> None:
+        """Stop after the compaction in progress, if any (its transaction completes)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
 
 
 class _StatusPrinter:
@@ -124,6 +201,14 @@ def run(args: argparse.Namespace) -> int:
             "nothing to watch",
             hint="give --metrics URL..., --dcgm URL..., --gpu or --prometheus URL",
         )
+    compacting = args.retain_raw is not None or args.downsample is not None
+    raw_for_s = 24 * 3600.0 if args.retain_raw is None else args.retain_raw
+    bucket_s = 60.0 if args.downsample is None else args.downsample
+    if compacting and (bucket_s < 1 or bucket_s != int(bucket_s)):
+        raise InputError(
+            f"--downsample must be a whole number of seconds ≥ 1, got {bucket_s:g} s",
+            hint="e.g. 1m or 60s",
+        )
     spec = watch.SourceSpec(
         metrics_urls=args.metrics,
         dcgm_urls=args.dcgm,
@@ -138,6 +223,14 @@ def run(args: argparse.Namespace) -> int:
     print(f"servescope watch → {store.url}  (Ctrl-C stops)", file=out, flush=True)
     writer = BufferedWriter(store, background=True)
     watcher: watch.Watcher | None = None
+    compactor = None
+    if compacting:
+        compactor = Compactor(
+            store,
+            raw_for_s=raw_for_s,
+            bucket_s=bucket_s,
+            on_note=lambda note: print(note, file=out, flush=True),
+        ).start()
     try:
         watcher = watch.watch(
             writer,
@@ -148,6 +241,8 @@ def run(args: argparse.Namespace) -> int:
             on_notes=lambda note: print(note, file=out, flush=True),
         )
     finally:
+        if compactor is not None:
+            compactor.stop()
         writer.close()
         printer.end()
         store.dispose()
@@ -167,6 +262,13 @@ def run(args: argparse.Namespace) -> int:
             f"batch(es)) spooled at {writer.spool_dir.resolve()}; they are not in the store yet. "
             f"Run `servescope db ingest-spool --db {store.url}` when the store is free "
             f"(exit {ExitCode.SPOOLED}).",
+            file=out,
+            flush=True,
+        )
+    if compactor is not None:
+        print(
+            f"compacted {compactor.runs} time(s): {compactor.removed:,} old rows replaced by "
+            f"{bucket_s:g} s aggregates (raw kept {raw_for_s:g} s)",
             file=out,
             flush=True,
         )

@@ -274,3 +274,66 @@ def test_db_compact_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     with pytest.raises(SystemExit) as exc:
         cli.main(["db", "--db", url, "compact", "--raw-for", "two days"])
     assert exc.value.code == 2
+
+
+def test_watch_compactor_runs_beside_a_writing_watcher(tmp_path: Path) -> None:
+    """``watch --retain-raw`` compacts on its own thread while the watcher's background writer
+    keeps writing to the same DuckDB file: the old rows are aggregated, every new row is stored."""
+    import time
+
+    from services.commands.watch import Compactor
+    from store.ingest import BufferedWriter
+
+    s = open_store(f"duckdb:///{tmp_path / 's.duckdb'}")
+    now = time.time()
+    old_start = (now - 7200) // 60 * 60
+    old = [
+        {
+            "target": "a",
+            "ts": old_start + i,
+            "metric": "kv_cache_usage",
+            "engine": "sim",
+            "value": 1.0,
+        }
+        for i in range(600)
+    ]
+    ingest.add_rows(s, "engine_samples", old)
+    notes: list[str] = []
+    writer = BufferedWriter(s, flush_interval_s=0.05, background=True)
+    compactor = Compactor(s, raw_for_s=3600, bucket_s=60, every_s=0.1, on_note=notes.append)
+    compactor.start()
+    try:
+        for i in range(40):
+            writer.add(
+                "engine_samples",
+                [
+                    {
+                        "target": "a",
+                        "ts": now + i,
+                        "metric": "kv_cache_usage",
+                        "engine": "sim",
+                        "value": 2.0,
+                    }
+                ],
+            )
+            time.sleep(0.02)
+    finally:
+        compactor.stop()
+        writer.close()
+    assert notes == []
+    assert compactor.runs >= 2 and compactor.removed == 600 - 10
+    df = _engine(s)
+    assert df[df["ts"] < now]["ts"].tolist() == [old_start + 60 * k for k in range(10)]
+    assert df[df["ts"] >= now]["value"].tolist() == [2.0] * 40
+
+
+def test_watch_refuses_a_bad_downsample_bucket(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"duckdb:///{tmp_path / 's.duckdb'}"
+    argv = ["watch", "--db", url, "--metrics", "http://127.0.0.1:9/metrics", "--duration", "1s"]
+    assert cli.main([*argv, "--downsample", "1.5s"]) == ExitCode.ERROR
+    assert "--downsample must be a whole number of seconds" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        cli.main([*argv, "--retain-raw", "a week"])
+    assert exc.value.code == 2
