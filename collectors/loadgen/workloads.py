@@ -8,6 +8,7 @@ their own share without coordination.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import random
@@ -19,7 +20,7 @@ from typing import Any
 from collectors.loadgen.prompts import Calibration, synthesise
 from errors import ConfigError, InputError
 
-DISTS = ("lognormal", "normal", "uniform", "fixed")
+DISTS = ("lognormal", "normal", "uniform", "fixed", "histogram")
 HISTORY = ("full", "none")
 PREFIX_CHOICES = ("uniform", "zipf")
 _KNOWN_KEYS = {
@@ -46,13 +47,21 @@ _KNOWN_KEYS = {
 
 @dataclass(frozen=True)
 class Length:
-    """A distribution of token lengths; draws are clipped to [min, max] and rounded."""
+    """A distribution of token lengths; draws are clipped to [min, max] and rounded.
+
+    ``histogram``: piecewise uniform over ``edges`` (lo0, le1, le2, …): a bucket is chosen by
+    ``weights`` (one per bucket), then a uniform whole number inside (lo, le]; ``min``/``max``
+    are then the smallest and largest whole numbers the buckets hold and ``mean`` the exact
+    expected value.
+    """
 
     dist: str
     mean: float = 0.0
     sd: float = 0.0
     min: int = 1
     max: int = 1_000_000
+    edges: tuple[float, ...] = ()
+    weights: tuple[float, ...] = ()
 
     def sample(self, rng: random.Random) -> int:
         d = self.dist
@@ -60,6 +69,10 @@ class Length:
             v = self.mean
         elif d == "uniform":
             return rng.randint(self.min, self.max)
+        elif d == "histogram":
+            (i,) = rng.choices(range(len(self.weights)), weights=self.weights)
+            lo, hi = _whole_range(self.edges[i], self.edges[i + 1])
+            return rng.randint(lo, hi)
         elif d == "normal":
             v = rng.gauss(self.mean, self.sd)
         else:  # lognormal with the given mean and sd of the lengths themselves
@@ -74,7 +87,91 @@ class Length:
     def expected(self) -> float:
         if self.dist == "uniform":
             return (self.min + self.max) / 2
+        if self.dist == "histogram":
+            return self.mean
         return min(self.max, max(self.min, self.mean))
+
+
+def _whole_range(lo: float, le: float) -> tuple[int, int]:
+    """The whole numbers inside (lo, le], at least 1: (first, last); first > last when none."""
+    return max(1, math.floor(lo) + 1), math.floor(le)
+
+
+HISTOGRAM_EXAMPLE = '{ dist = "histogram", edges = [0, 128, 512, 2048], weights = [0.5, 0.3, 0.2] }'
+
+
+def _parse_histogram(value: Mapping[str, Any], *, where: str) -> Length:
+    """``{ dist = "histogram", edges = [lo0, le1, …], weights = [w1, …] }`` → a ``Length``."""
+    accepted = f"accepted: {HISTOGRAM_EXAMPLE}"
+    unknown = set(value) - {"dist", "edges", "weights"}
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown key(s) {sorted(unknown)}; a histogram has dist, edges, weights",
+            hint=accepted,
+        )
+
+    def numbers(key: str) -> list[float]:
+        raw = value.get(key)
+        if (
+            not isinstance(raw, Sequence)
+            or isinstance(raw, str)
+            or not all(isinstance(x, int | float) and not isinstance(x, bool) for x in raw)
+        ):
+            raise ConfigError(
+                f"{where}: histogram {key!r} must be a list of numbers", hint=accepted
+            )
+        out = [float(x) for x in raw]
+        if not all(math.isfinite(x) for x in out):
+            raise ConfigError(
+                f"{where}: histogram {key!r} must be finite numbers, got {raw!r}",
+                hint="an open +Inf bucket must be closed at a stated finite maximum length; "
+                + accepted,
+            )
+        return out
+
+    edges, weights = numbers("edges"), numbers("weights")
+    if len(edges) < 2 or len(weights) != len(edges) - 1:
+        raise ConfigError(
+            f"{where}: a histogram needs n + 1 edges (the first bucket's lower bound, then each "
+            f"bucket's upper bound) for n weights, got {len(edges)} edges and {len(weights)} "
+            "weights",
+            hint=accepted,
+        )
+    if edges[0] < 0 or any(b <= a for a, b in itertools.pairwise(edges)):
+        raise ConfigError(
+            f"{where}: histogram edges must be ≥ 0 and strictly ascending, got {edges}",
+            hint=accepted,
+        )
+    if any(w < 0 for w in weights) or sum(weights) <= 0:
+        raise ConfigError(
+            f"{where}: histogram weights must be ≥ 0 with a positive sum, got {weights}",
+            hint=accepted,
+        )
+    for lo, le, w in zip(edges, edges[1:], weights, strict=False):
+        first, last = _whole_range(lo, le)
+        if w > 0 and first > last:
+            raise ConfigError(
+                f"{where}: the histogram bucket ({lo:g}, {le:g}] holds no whole number of "
+                f"tokens ≥ 1 but has weight {w:g}",
+                hint="lengths are whole tokens ≥ 1: give it weight 0 or widen it",
+            )
+    total = sum(weights)
+    mean = 0.0
+    used: list[tuple[int, int]] = []
+    for lo, le, w in zip(edges, edges[1:], weights, strict=False):
+        if w > 0:
+            first, last = _whole_range(lo, le)
+            mean += w / total * (first + last) / 2
+            used.append((first, last))
+    return Length(
+        "histogram",
+        mean,
+        0.0,
+        min(a for a, _ in used),
+        max(b for _, b in used),
+        tuple(edges),
+        tuple(weights),
+    )
 
 
 def parse_length(value: Any, *, where: str) -> Length:
@@ -93,6 +190,8 @@ def parse_length(value: Any, *, where: str) -> Length:
     dist = value.get("dist")
     if dist not in DISTS:
         raise ConfigError(f"{where}: unknown dist {dist!r}; choose one of: {', '.join(DISTS)}")
+    if dist == "histogram":
+        return _parse_histogram(value, where=where)
     unknown = set(value) - {"dist", "mean", "sd", "min", "max", "value"}
     if unknown:
         raise ConfigError(
