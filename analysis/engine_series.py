@@ -117,7 +117,7 @@ def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> floa
     return lower + (bounds[i] - lower) * (rank - prev) / in_bucket
 
 
-def _parse_bucket(metric: str, hist: str) -> float | None:
+def parse_bucket(metric: str, hist: str) -> float | None:
     prefix = f"{hist}_bucket:"
     if not metric.startswith(prefix):
         return None
@@ -154,7 +154,7 @@ def histogram_windows(
     Returns columns window_start, window_end, count, mean, and ``p50``/``p90``/… (seconds);
     windows with no requests have count 0 and NaN statistics.
     """
-    qcols = [f"p{_qname(q)}" for q in quantiles]
+    qcols = [f"p{quantile_name(q)}" for q in quantiles]
     columns = ["window_start", "window_end", "count", "mean", *qcols]
     if rows.empty or window_s <= 0:
         return pd.DataFrame({c: pd.Series(dtype="float64") for c in columns})
@@ -166,7 +166,7 @@ def histogram_windows(
     wide = wide.sort_index().ffill()
     bucket_cols: dict[str, float] = {}
     for c in wide.columns:
-        le = _parse_bucket(str(c), hist)
+        le = parse_bucket(str(c), hist)
         if le is not None:
             bucket_cols[str(c)] = le
     count_col, sum_col = f"{hist}_count", f"{hist}_sum"
@@ -212,7 +212,8 @@ def _delta(now_row: pd.Series, base_row: pd.Series, col: str, reset: bool) -> fl
     return a - (0.0 if math.isnan(b) else b)
 
 
-def _qname(q: float) -> str:
+def quantile_name(q: float) -> str:
+    """A quantile's column suffix: 0.99 → ``99``, 0.999 → ``99_9`` (``p99``, ``p99_9``)."""
     text = f"{q * 100:g}"
     return text.replace(".", "_")
 

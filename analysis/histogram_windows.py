@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from analysis.engine_series import _parse_bucket, _qname, counter_increase, histogram_quantile
+from analysis.engine_series import counter_increase, histogram_quantile, parse_bucket, quantile_name
 
 NOTE_NO_SCRAPE = "no scrape in this window"
 NOTE_NO_REQUESTS = "no request finished in this window"
@@ -81,7 +81,7 @@ def precision_phrase(q: float, bounds: BucketBounds | None, unit: str = "s") -> 
     ``P99 inside the 0.5–1 s bucket``; for the +Inf bucket: ``P99 above 2.5 s (the +Inf
     bucket): the value shown is the highest finite bound, as Prometheus reports it``.
     """
-    label = f"P{_qname(q).replace('_', '.')}"
+    label = f"P{quantile_name(q).replace('_', '.')}"
     if bounds is None:
         return f"{label}: no requests in the window"
     if bounds.open_ended:
@@ -91,6 +91,12 @@ def precision_phrase(q: float, bounds: BucketBounds | None, unit: str = "s") -> 
             "to exceed it"
         )
     return f"{label} inside the {_fmt(bounds.lower)}–{_fmt(bounds.upper)} {unit} bucket"
+
+
+def histogram_unit(hist: str) -> str:
+    """The unit of a normalised histogram's values: ``tokens`` for the length histograms
+    (``*_tokens``), else ``s``."""
+    return "tokens" if hist.endswith("_tokens") else "s"
 
 
 # --- summed over targets -------------------------------------------------------------------
@@ -141,11 +147,13 @@ def summed_histogram_windows(
     ``end`` (defaults: the first and the last scrape of any target).
 
     Returns columns window_start, window_end, targets (how many contributed), count, mean,
-    then per quantile ``p99`` (seconds), ``p99_lower``, ``p99_upper`` (the bucket it lies in;
-    upper inf for the +Inf bucket) and ``p99_precision`` (the phrase), and ``note`` (why a
-    window has no percentiles, else empty).
+    then per quantile ``p99`` (seconds; tokens for ``*_tokens`` histograms), ``p99_lower``,
+    ``p99_upper`` (the bucket it lies in; upper inf for the +Inf bucket) and
+    ``p99_precision`` (the phrase), and ``note`` (why a window has no percentiles, else
+    empty).
     """
-    qcols = [f"p{_qname(q)}" for q in quantiles]
+    qcols = [f"p{quantile_name(q)}" for q in quantiles]
+    unit = histogram_unit(hist)
     columns = ["window_start", "window_end", "targets", "count", "mean"]
     for c in qcols:
         columns += [c, f"{c}_lower", f"{c}_upper", f"{c}_precision"]
@@ -174,7 +182,7 @@ def summed_histogram_windows(
             contributing += 1
             target_buckets = {}
             for col, value in inc.items():
-                le = _parse_bucket(str(col), hist)
+                le = parse_bucket(str(col), hist)
                 if le is not None and not math.isnan(value):
                     target_buckets[le] = float(value)
             for le, value in target_buckets.items():
@@ -200,7 +208,7 @@ def summed_histogram_windows(
             rec[col] = math.nan if value is None else value
             rec[f"{col}_lower"] = math.nan if bounds is None else bounds.lower
             rec[f"{col}_upper"] = math.nan if bounds is None else bounds.upper
-            rec[f"{col}_precision"] = "" if bounds is None else precision_phrase(q, bounds)
+            rec[f"{col}_precision"] = "" if bounds is None else precision_phrase(q, bounds, unit)
         if contributing == 0:
             rec["note"] = NOTE_NO_SCRAPE
         elif count <= 0:
@@ -211,6 +219,34 @@ def summed_histogram_windows(
             rec["note"] = ""
         out.append(rec)
     return pd.DataFrame.from_records(out, columns=columns)
+
+
+def bucket_increase(
+    rows: pd.DataFrame, hist: str, *, start: float, end: float
+) -> list[tuple[float, float]]:
+    """The cumulative bucket counts of ``hist`` that grew over (start, end], summed over the
+    targets in ``rows`` (columns target, ts, metric, value; resets handled per target, baseline
+    as for a window): ``[(le, count ≤ le), …]`` sorted by ``le``, ``+Inf`` included; ``[]``
+    when no target has two scrapes spanning the span or no buckets were exported.
+
+    The whole span is one window, so a span's percentiles are
+    ``histogram_quantile(q, bucket_increase(...))`` — not an average of its windows'.
+    """
+    if end <= start:
+        raise ValueError(f"end ({end!r}) must be after start ({start!r})")
+    mine = rows[rows["metric"].str.startswith(hist + "_")] if not rows.empty else rows
+    if mine.empty:
+        return []
+    buckets: dict[float, float] = {}
+    for _target, df in mine.groupby("target", sort=True):
+        inc = _window_increase(_target_wide(df, hist), float(start), float(end))
+        if inc is None:
+            continue
+        for col, value in inc.items():
+            le = parse_bucket(str(col), hist)
+            if le is not None and not math.isnan(value):
+                buckets[le] = buckets.get(le, 0.0) + float(value)
+    return sorted(buckets.items())
 
 
 def histogram_windows_by_target(

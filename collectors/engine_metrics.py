@@ -62,6 +62,13 @@ HISTOGRAMS: dict[str, str] = {
     "inference_time_seconds": "time running (prefill + decode)",
 }
 
+#: Length histograms (tokens, not seconds) of finished requests, stored the same way; the
+#: production length mix and the mean lengths of ``plan --lengths metrics:<target>``.
+LENGTH_HISTOGRAMS: dict[str, str] = {
+    "prompt_length_tokens": "prompt length of each finished request (tokens)",
+    "output_length_tokens": "generated length of each finished request (tokens)",
+}
+
 COUNTERS = frozenset(n for n in NORMALISED if n.endswith("_total"))
 
 #: Labels whose series are replicas of one scheduler's state (take the max, not the sum).
@@ -187,6 +194,8 @@ _VLLM = EngineMap(
         Hist("prefill_time_seconds", ("vllm:request_prefill_time_seconds",)),
         Hist("decode_time_seconds", ("vllm:request_decode_time_seconds",)),
         Hist("inference_time_seconds", ("vllm:request_inference_time_seconds",)),
+        Hist("prompt_length_tokens", ("vllm:request_prompt_tokens",)),
+        Hist("output_length_tokens", ("vllm:request_generation_tokens",)),
     ),
 )
 
@@ -214,6 +223,9 @@ _SGLANG = EngineMap(
         ),
         Hist("e2e_seconds", ("sglang:e2e_request_latency_seconds",)),
         Hist("queue_time_seconds", ("sglang:queue_time_seconds",)),
+        # exported with --collect-tokens-histogram
+        Hist("prompt_length_tokens", ("sglang:prompt_tokens_histogram",)),
+        Hist("output_length_tokens", ("sglang:generation_tokens_histogram",)),
     ),
 )
 
@@ -231,6 +243,8 @@ _TGI = EngineMap(
         Hist("queue_time_seconds", ("tgi_request_queue_duration",)),
         Hist("tpot_seconds", ("tgi_request_mean_time_per_token_duration",)),
         Hist("inference_time_seconds", ("tgi_request_inference_duration",)),
+        Hist("prompt_length_tokens", ("tgi_request_input_length",)),
+        Hist("output_length_tokens", ("tgi_request_generated_tokens",)),
     ),
 )
 
@@ -444,7 +458,8 @@ def normalise(
     """The normalised metrics of one scrape (engine auto-detected when not given).
 
     Returns ``{}`` for a page of no known engine. Counters are cumulative (as exposed);
-    histograms come back as ``<hist>_bucket:<le>`` / ``_sum`` / ``_count`` in seconds.
+    histograms come back as ``<hist>_bucket:<le>`` / ``_sum`` / ``_count``, in seconds
+    (``HISTOGRAMS``) or tokens (``LENGTH_HISTOGRAMS``).
     ``by_name`` (``expo.by_name()``) may be passed when the caller already has it.
     """
     if by_name is None:

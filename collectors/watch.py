@@ -144,7 +144,7 @@ class ScrapeSource:
         """A histogram whose count did not move since its last full scrape has the same buckets:
         keep its ``_count`` and ``_sum`` rows, drop the bucket rows (readers carry buckets
         forward; ``store.sample_series.engine_histogram_series`` fetches the last full scrape)."""
-        for hist in engine_metrics.HISTOGRAMS:
+        for hist in (*engine_metrics.HISTOGRAMS, *engine_metrics.LENGTH_HISTOGRAMS):
             count = values.get(f"{hist}_count")
             if count is None:
                 continue

@@ -49,6 +49,19 @@ def last_sample_times(store: Store, *, since: float | None = None) -> pd.DataFra
     )
 
 
+def target_engines(
+    store: Store, *, since: float | None = None, until: float | None = None
+) -> dict[str, str]:
+    """Each engine target with samples in [since, until] → the engine it was detected as
+    (``vllm``, ``sglang``, ``sim``, …; the newest detection when it changed)."""
+    df = store.read_df(
+        "SELECT target, engine, MAX(ts) AS last_ts FROM engine_samples "
+        "WHERE ts >= :since AND ts <= :until GROUP BY target, engine ORDER BY target, last_ts",
+        {"since": since if since is not None else -1e18, "until": until or 1e18},
+    )
+    return {str(t): str(e) for t, e in zip(df["target"], df["engine"], strict=True)}
+
+
 def latest_sample_ts(store: Store, *, since: float | None = None) -> float | None:
     """The newest sample of any live source (since ``since``), or None when there is none."""
     df = last_sample_times(store, since=since)

@@ -59,7 +59,9 @@ def test_vllm_v1_capture(page: Callable[[str], str]) -> None:
     # queue time: 21 finite buckets 0.3 … 7680 plus +Inf
     assert len([k for k in out if k.startswith("queue_time_seconds_bucket:")]) == 22
     # every histogram of the map is exported by this version
-    assert {k[: -len("_count")] for k in out if k.endswith("_count")} == set(em.HISTOGRAMS)
+    assert {k[: -len("_count")] for k in out if k.endswith("_count")} == set(em.HISTOGRAMS) | set(
+        em.LENGTH_HISTOGRAMS
+    )
 
 
 def test_vllm_v0_and_old_v1_names() -> None:

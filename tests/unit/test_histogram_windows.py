@@ -363,3 +363,41 @@ def test_per_target_windows_share_one_grid() -> None:
     assert w["p50"].iloc[3] == 1.0 and "+Inf" in w["p50_precision"].iloc[3]
     assert w["note"].iloc[2] == hw.NOTE_NO_SCRAPE
     assert hw.histogram_windows_by_target(a.iloc[0:0], "ttft_seconds", window_s=10.0).empty
+
+
+def test_bucket_increase_sums_targets_over_the_span_with_a_reset() -> None:
+    """A span's buckets: each target's increase over (start, end] (a restart counts from 0),
+    summed over targets, so the span's P50 is one quantile over all its requests."""
+    a = _rows(
+        "a",
+        [
+            (0.0, {0.1: 100.0, 1.0: 100.0, INF: 100.0}, 5.0),
+            (6.0, {0.1: 2.0, 1.0: 3.0, INF: 3.0}, 0.5),  # restarted: 2 ≤0.1, 1 in (0.1, 1]
+            (10.0, {0.1: 4.0, 1.0: 6.0, INF: 6.0}, 1.0),
+        ],
+    )
+    b = _rows(
+        "b",
+        [
+            (0.0, {0.1: 0.0, 1.0: 0.0, INF: 0.0}, 0.0),
+            (10.0, {0.1: 0.0, 1.0: 4.0, INF: 10.0}, 30.0),
+            (20.0, {0.1: 0.0, 1.0: 9.0, INF: 90.0}, 300.0),  # after the span: not counted
+        ],
+    )
+    pairs = hw.bucket_increase(pd.concat([a, b]), "ttft_seconds", start=0.0, end=10.0)
+    assert pairs == [(0.1, 4.0), (1.0, 10.0), (INF, 16.0)]
+    assert engine_series.histogram_quantile(0.5, pairs) == pytest.approx(0.1 + 0.9 * 4 / 6)
+    # a span no target has two scrapes across: nothing
+    assert hw.bucket_increase(a, "ttft_seconds", start=20.0, end=30.0) == []
+    assert hw.bucket_increase(a.iloc[0:0], "ttft_seconds", start=0.0, end=10.0) == []
+    with pytest.raises(ValueError, match="after start"):
+        hw.bucket_increase(a, "ttft_seconds", start=10.0, end=10.0)
+
+
+def test_length_histograms_state_their_precision_in_tokens() -> None:
+    rows = _rows("a", [(0.0, {128.0: 0.0, 512.0: 0.0, INF: 0.0}, 0.0)])
+    rows = pd.concat([rows, _rows("a", [(10.0, {128.0: 10.0, 512.0: 100.0, INF: 100.0}, 30000.0)])])
+    rows["metric"] = rows["metric"].str.replace("ttft_seconds", "prompt_length_tokens")
+    w = hw.summed_histogram_windows(rows, "prompt_length_tokens", window_s=10.0, start=0.0)
+    assert w.iloc[0]["p50_precision"] == "P50 inside the 128–512 tokens bucket"
+    assert w.iloc[0]["mean"] == pytest.approx(300.0)
