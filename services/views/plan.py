@@ -31,9 +31,10 @@ from typing import Any, Final
 
 import pandas as pd
 
+from analysis import histogram_windows, slo
 from analysis import plan as planner
-from analysis import slo
 from analysis.capacity import ModelShape
+from analysis.engine_series import counter_increase, histogram_quantile
 from analysis.metrics import finite_number
 from analysis.perf_model import GpuSpec
 from errors import ConfigError, InputError
@@ -65,7 +66,16 @@ PARAMS: Final[Mapping[str, str]] = {
 }
 #: The newest runs of the model read for measured capacities.
 RUN_LIMIT: Final = MAX_RUNS
-#: Engine counters whose growth gives a ``metrics:`` target's mean lengths.
+#: A ``metrics:`` target's length histograms: their ``_sum``/``_count`` growth is the mean
+#: length of its finished requests (preferred: exact).
+LENGTH_HISTOGRAM_SERIES: Final = (
+    "prompt_length_tokens_sum",
+    "prompt_length_tokens_count",
+    "output_length_tokens_sum",
+    "output_length_tokens_count",
+)
+#: Engine counters whose growth gives a ``metrics:`` target's mean lengths (the fallback for
+#: engines without length histograms).
 LENGTH_COUNTERS: Final = (
     "prompt_tokens_total",
     "generation_tokens_total",
@@ -494,17 +504,49 @@ def _run_lengths(store: Store, run_id: str) -> planner.Lengths:
     return planner.Lengths(inp / ok, out / ok, source=f"run {run_id} ({int(ok)} requests)")
 
 
-def _metrics_lengths(store: Store, target: str) -> planner.Lengths:
-    df = sample_series.engine_series(store, since=-1e18, metrics=LENGTH_COUNTERS, targets=[target])
+def _growth(df: pd.DataFrame) -> dict[str, float]:
+    """Each cumulative series' growth over all its samples (a drop is a restart from 0)."""
     growth: dict[str, float] = {}
     for metric, group in df.groupby("metric"):
-        values = pd.to_numeric(group["value"]).dropna().to_numpy(dtype=float)
+        values = pd.to_numeric(group.sort_values("ts")["value"]).dropna().to_numpy(dtype=float)
         if len(values) >= 2:
-            steps = values[1:] - values[:-1]
-            # a counter that went down was reset (the engine restarted): it counted from 0
-            growth[str(metric)] = float(
-                sum(d if d >= 0 else v for d, v in zip(steps, values[1:], strict=True))
+            growth[str(metric)] = counter_increase(values)
+    return growth
+
+
+def _metrics_lengths(store: Store, target: str) -> planner.Lengths:
+    """Mean lengths of a watched target's finished requests: from its prompt/output length
+    histograms (``_sum``/``_count`` count finished requests only) when it exports them, else
+    from its token counters over its finished-request counter (which also count the tokens of
+    requests still running at either end of the watch: slightly biased up)."""
+    hists = sample_series.engine_series(
+        store, since=-1e18, metrics=LENGTH_HISTOGRAM_SERIES, targets=[target]
+    )
+    h = _growth(hists)
+    n_in, n_out = h.get("prompt_length_tokens_count", 0.0), h.get("output_length_tokens_count", 0.0)
+    if n_in >= 1 and n_out >= 1 and h.get("prompt_length_tokens_sum", 0.0) > 0:
+        p99 = {}
+        for hist in ("prompt_length_tokens", "output_length_tokens"):
+            rows = sample_series.engine_histogram_series(store, target, hist, since=-1e18)
+            rows.insert(0, "target", target)
+            pairs = (
+                histogram_windows.bucket_increase(
+                    rows, hist, start=float(rows["ts"].min()), end=float(rows["ts"].max())
+                )
+                if len(rows["ts"].unique()) >= 2
+                else []
             )
+            p99[hist] = histogram_quantile(0.99, pairs) if pairs else None
+        return planner.Lengths(
+            h["prompt_length_tokens_sum"] / n_in,
+            h.get("output_length_tokens_sum", 0.0) / n_out,
+            input_p99=p99["prompt_length_tokens"],
+            output_p99=p99["output_length_tokens"],
+            source=f"metrics {target} ({n_in:.0f} finished requests, length histograms)",
+        )
+    growth = _growth(
+        sample_series.engine_series(store, since=-1e18, metrics=LENGTH_COUNTERS, targets=[target])
+    )
     finished = growth.get("requests_finished_total", 0.0)
     prompt = growth.get("prompt_tokens_total", 0.0)
     generated = growth.get("generation_tokens_total", 0.0)

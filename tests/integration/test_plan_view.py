@@ -282,33 +282,39 @@ def test_bad_input_is_one_error_line_exit_2_and_stores_nothing(
         s.dispose()
 
 
-def test_lengths_from_a_watched_engine_are_its_counters_over_finished_requests(
-    measured_url: str,
-) -> None:
-    """The demo scraped the sim's /metrics during its runs: prompt and generation tokens per
-    finished request, from the counters' growth, are the plan's lengths."""
+def test_lengths_from_a_watched_engine_are_its_length_histograms(measured_url: str) -> None:
+    """The demo scraped the sim's /metrics during its runs: the growth of its prompt/output
+    length histograms' _sum over their _count (finished requests only) is the plan's lengths.
+    (The token counters would also count requests still running at either end of the watch:
+    their ratio can exceed max_tokens.)"""
     from store import sample_series
 
     s = open_store(measured_url)
     try:
         targets = sample_series.last_sample_times(s)
         target = str(targets[targets["kind"] == "engine"]["key"].iloc[0])
-        counters = sample_series.engine_series(
-            s, since=-1e18, metrics=plan.LENGTH_COUNTERS, targets=[target]
+        series = sample_series.engine_series(
+            s, since=-1e18, metrics=plan.LENGTH_HISTOGRAM_SERIES, targets=[target]
         )
         view = plan.plan_view(s, plan.PlanSpec(lengths=f"metrics:{target}", gpus=("L4-24GB",)))
     finally:
         s.dispose()
     growth = {
-        m: float(g["value"].iloc[-1] - g["value"].iloc[0]) for m, g in counters.groupby("metric")
+        m: float(g["value"].iloc[-1] - g["value"].iloc[0]) for m, g in series.groupby("metric")
     }
     assert view.lengths is not None
-    assert view.lengths.source.startswith(f"metrics {target} (")
-    finished = growth["requests_finished_total"]
+    finished = growth["prompt_length_tokens_count"]
     assert finished >= 1
-    assert view.lengths.input_mean == pytest.approx(growth["prompt_tokens_total"] / finished)
-    assert view.lengths.output_mean == pytest.approx(growth["generation_tokens_total"] / finished)
-    assert view.lengths.output_mean <= 16  # the demo's max_tokens
+    assert view.lengths.source == (
+        f"metrics {target} ({finished:.0f} finished requests, length histograms)"
+    )
+    assert view.lengths.input_mean == pytest.approx(growth["prompt_length_tokens_sum"] / finished)
+    assert view.lengths.output_mean == pytest.approx(
+        growth["output_length_tokens_sum"] / growth["output_length_tokens_count"]
+    )
+    assert 1 <= view.lengths.output_mean <= 16  # the demo's max_tokens
+    # a P99 from buckets is interpolated inside its bucket: 16 lies in vLLM's (10, 20]
+    assert view.lengths.output_p99 is not None and 10 <= view.lengths.output_p99 <= 20
 
 
 def test_a_counter_reset_counts_from_zero(store: Store) -> None:
