@@ -12,6 +12,7 @@ import itertools
 import json
 import math
 import random
+import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -346,6 +347,63 @@ def parse_workload(entry: Mapping[str, Any]) -> Workload:
         api=str(api),
         description=str(entry.get("description", "")),
     )
+
+
+# --- workload files -----------------------------------------------------------------------
+
+WORKLOAD_FILE_FORMS = (
+    "a TOML file with one [[workloads]] entry (name, input_tokens, output_tokens or mix, …; "
+    "the form of seeds/workloads.toml and of `servescope workload from-metrics`), or those "
+    "keys at the top level"
+)
+
+
+def load_workload_file(path: str | Path) -> dict[str, Any]:
+    """The one workload entry of a TOML file (``bench --workload-file``), validated with
+    ``parse_workload``; errors name the file and what is accepted."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"workload file {p} does not exist", hint=WORKLOAD_FILE_FORMS) from None
+    except OSError as exc:
+        raise InputError(f"workload file {p} cannot be read: {exc}") from None
+    try:
+        doc = tomllib.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise InputError(
+            f"workload file {p} is not valid TOML: {exc}", hint=WORKLOAD_FILE_FORMS
+        ) from None
+    if "workloads" in doc:
+        entries = doc["workloads"]
+        if set(doc) - {"workloads"}:
+            raise InputError(
+                f"workload file {p}: top-level key(s) {sorted(set(doc) - {'workloads'})} next "
+                "to [[workloads]]",
+                hint=WORKLOAD_FILE_FORMS,
+            )
+        if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+            raise InputError(
+                f"workload file {p}: 'workloads' must be [[workloads]] tables",
+                hint=WORKLOAD_FILE_FORMS,
+            )
+        if len(entries) != 1:
+            names = ", ".join(repr(e.get("name")) for e in entries) or "none"
+            raise InputError(
+                f"workload file {p} holds {len(entries)} workloads ({names}); a workload file "
+                "holds exactly one",
+                hint=WORKLOAD_FILE_FORMS,
+            )
+        entry: dict[str, Any] = dict(entries[0])
+    else:
+        entry = dict(doc)
+    try:
+        parse_workload(entry)
+    except ConfigError as exc:
+        raise InputError(
+            f"workload file {p}: {exc.message}", hint=exc.hint or WORKLOAD_FILE_FORMS
+        ) from None
+    return entry
 
 
 # --- dataset files ------------------------------------------------------------------------

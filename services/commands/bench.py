@@ -18,6 +18,7 @@ from collectors.loadgen.config import (
     normalise_engine_params,
     parse_list,
 )
+from collectors.loadgen.workloads import load_workload_file
 from errors import STOP_SIGNALS, ExitCode, InputError
 
 EPILOG = """\
@@ -26,6 +27,8 @@ examples:
       --concurrency 1,8,32 --requests 200
   servescope bench --endpoint http://127.0.0.1:8000/v1 --workload short-in-short-out \\
       --rate 2,4,8 --arrival gamma --burstiness 0.5 --duration 60 --warmup 20
+  servescope bench --endpoint http://127.0.0.1:8000 --workload-file prod.toml \
+      --concurrency 8 --requests 500      (prod.toml: `servescope workload from-metrics`)
 One run is stored per load level. Ctrl-C, SIGTERM or SIGHUP stops cleanly, keeping what completed.
 exit codes: 0 every run completed · 2 bad input, endpoint or store unusable (nothing measured)
   · 3 a run failed (no request succeeded, or more than --max-error-rate of them failed)
@@ -83,6 +86,12 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     src.add_argument(
         "--dataset", metavar="FILE", help="JSONL prompts/messages or a ShareGPT-style JSON file"
+    )
+    src.add_argument(
+        "--workload-file",
+        metavar="FILE.toml",
+        help="a workload spec file: one [[workloads]] entry as in seeds/workloads.toml, e.g. "
+        "written by `servescope workload from-metrics` (production's length mix)",
     )
     load = p.add_mutually_exclusive_group(required=True)
     load.add_argument(
@@ -230,6 +239,9 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         model=args.model,
         workload=args.workload,
         dataset=args.dataset,
+        workload_spec=load_workload_file(args.workload_file)
+        if getattr(args, "workload_file", None)
+        else None,
         concurrency=parse_list(args.concurrency, flag="--concurrency", kind=int)
         if args.concurrency
         else (),

@@ -1,15 +1,29 @@
-"""The ``histogram`` length distribution: draws, expected value, strict validation."""
+"""The ``histogram`` length distribution (draws, expected value, strict validation), the workload
+files ``bench --workload-file`` reads, and ``workload from-metrics``'s window, +Inf closing and
+file."""
 
 from __future__ import annotations
 
+import math
 import random
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
+from analysis.length_mix import LengthDist
 from collectors.loadgen.prompts import Calibration
-from collectors.loadgen.workloads import Length, RequestFactory, parse_length, parse_workload
-from errors import ConfigError
+from collectors.loadgen.workloads import (
+    Length,
+    RequestFactory,
+    load_workload_file,
+    parse_length,
+    parse_workload,
+)
+from errors import ConfigError, InputError
+from services.commands import workload as wl_cmd
+
+INF = math.inf
 
 SPEC = {"dist": "histogram", "edges": [0, 10, 100, 1000], "weights": [1, 3, 6]}
 
@@ -111,3 +125,113 @@ def test_other_dists_are_unchanged() -> None:
     assert parse_length({"dist": "uniform", "min": 3, "max": 9}, where="w") == Length(
         "uniform", 6.0, 0.0, 3, 9
     )
+
+
+# --- `workload from-metrics`: the window, the end, closing the +Inf bucket, the file ---------
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("30m", 1800.0), ("24h", 86400.0), ("7d", 604800.0), ("90s", 90.0)]
+)
+def test_window_forms(text: str, seconds: float) -> None:
+    assert wl_cmd.parse_window(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["24", "24 hours", "0h", "-1h", "h", "1w"])
+def test_bad_windows_name_the_accepted_forms(text: str) -> None:
+    with pytest.raises(InputError) as err:
+        wl_cmd.parse_window(text)
+    assert "30m, 24h, 7d" in str(err.value)
+
+
+def test_end_forms() -> None:
+    assert wl_cmd.parse_end(None, now=5.0) is None
+    assert wl_cmd.parse_end("now", now=5.0) == 5.0
+    assert wl_cmd.parse_end("2026-01-01T00:00:00Z", now=0) == 1767225600.0
+    assert wl_cmd.parse_end("2026-01-01T00:00:00", now=0) == 1767225600.0  # no zone: UTC
+    with pytest.raises(InputError, match="ISO 8601"):
+        wl_cmd.parse_end("yesterday", now=0)
+
+
+def test_an_open_inf_bucket_is_closed_at_twice_the_last_bound_or_inf_max() -> None:
+    d = LengthDist((100.0, 1000.0, INF), (30.0, 60.0, 10.0))
+    h = wl_cmd.close_histogram(d, side="prompt", inf_max=None)
+    assert h.edges == (0.0, 100.0, 1000.0, 2000.0) and h.weights == (30.0, 60.0, 10.0)
+    assert "10 request(s) (10.0%) above 1000 tokens; closed at 2000 tokens" in h.inf_note
+    h = wl_cmd.close_histogram(d, side="prompt", inf_max=1500)
+    assert h.edges[-1] == 1500.0 and "--inf-max" in h.inf_note
+    with pytest.raises(InputError, match="above the prompt histogram's last finite bound 1000"):
+        wl_cmd.close_histogram(d, side="prompt", inf_max=1000)
+    only_inf = LengthDist((INF,), (5.0,))
+    with pytest.raises(InputError, match="only a \\+Inf bucket"):
+        wl_cmd.close_histogram(only_inf, side="output", inf_max=None)
+    assert wl_cmd.close_histogram(only_inf, side="output", inf_max=64).edges == (0.0, 64.0)
+
+
+def test_trailing_empty_buckets_are_dropped() -> None:
+    d = LengthDist((10.0, 100.0, 1000.0, INF), (0.0, 5.0, 0.0, 0.0))
+    h = wl_cmd.close_histogram(d, side="output", inf_max=None)
+    assert h.edges == (0.0, 10.0, 100.0) and h.weights == (0.0, 5.0)
+    assert "no request above 100 tokens" in h.inf_note
+
+
+def test_the_rendered_file_is_what_bench_reads(tmp_path: Path) -> None:
+    prompt = LengthDist((100.0, 1000.0, INF), (30.0, 60.0, 10.0))
+    output = LengthDist((10.0, 100.0, INF), (50.0, 50.0, 0.0))
+    text = wl_cmd.render(
+        name='prod "eu"',
+        target="http://10.0.0.5:8000/metrics",
+        engine="vllm",
+        start=0.0,
+        end=86400.0,
+        prompt=prompt,
+        output=output,
+        inputs=wl_cmd.close_histogram(prompt, side="prompt", inf_max=None),
+        outputs=wl_cmd.close_histogram(output, side="output", inf_max=None),
+        written_at=86400.0,
+    )
+    path = tmp_path / "prod.toml"
+    wl_cmd.write_atomically(path, text)
+    entry = load_workload_file(path)
+    assert entry["name"] == 'prod "eu"'
+    workload = parse_workload(entry)
+    (shape,) = workload.shapes
+    assert shape.input.edges == (0.0, 100.0, 1000.0, 2000.0)
+    assert shape.input.weights == (30.0, 60.0, 10.0)
+    assert shape.output.max == 100
+    assert "window 1970-01-01T00:00:00Z → 1970-01-02T00:00:00Z, 1d" in text
+    assert "Requests finished in the window: 100" in text
+    assert "Independence assumption" in text
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["prod.toml"]
+
+
+def test_an_unreadable_spec_is_never_published(tmp_path: Path) -> None:
+    path = tmp_path / "prod.toml"
+    path.write_text("# earlier\n", encoding="utf-8")
+    with pytest.raises(InputError):
+        wl_cmd.write_atomically(path, '[[workloads]]\nname = "x"\n')  # no lengths
+    assert path.read_text(encoding="utf-8") == "# earlier\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["prod.toml"]
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("not toml [", "not valid TOML"),
+        ('[[workloads]]\nname = "a"\ninput_tokens = 1\noutput_tokens = 1\n'
+         '[[workloads]]\nname = "b"\ninput_tokens = 1\noutput_tokens = 1\n', "holds 2 workloads"),
+        ('x = 1\n[[workloads]]\nname = "a"\ninput_tokens = 1\noutput_tokens = 1\n', "top-level"),
+    ],
+)  # fmt: skip
+def test_bad_workload_files_are_refused(tmp_path: Path, text: str, needle: str) -> None:
+    path = tmp_path / "w.toml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(InputError) as err:
+        load_workload_file(path)
+    assert needle in str(err.value) and str(path) in str(err.value)
+
+
+def test_a_top_level_workload_file_is_accepted(tmp_path: Path) -> None:
+    path = tmp_path / "w.toml"
+    path.write_text('name = "a"\ninput_tokens = 12\noutput_tokens = 3\n', encoding="utf-8")
+    assert parse_workload(load_workload_file(path)).shapes[0].input.mean == 12
