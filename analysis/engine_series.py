@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -118,98 +117,13 @@ def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> floa
 
 
 def parse_bucket(metric: str, hist: str) -> float | None:
+    """The upper bound of a stored bucket row of ``hist`` (``ttft_seconds_bucket:0.5`` → 0.5,
+    ``…:+Inf`` → inf); None for any other row."""
     prefix = f"{hist}_bucket:"
     if not metric.startswith(prefix):
         return None
     text = metric[len(prefix) :]
     return math.inf if text == "+Inf" else float(text)
-
-
-@dataclass(frozen=True)
-class WindowStats:
-    window_start: float
-    window_end: float
-    count: float
-    mean: float | None
-    quantiles: dict[float, float | None]
-
-
-def histogram_windows(
-    rows: pd.DataFrame,
-    hist: str,
-    *,
-    window_s: float,
-    quantiles: Sequence[float] = (0.5, 0.9, 0.99),
-    start: float | None = None,
-    end: float | None = None,
-) -> pd.DataFrame:
-    """Per-window count, mean and percentiles of one source's histogram ``hist``.
-
-    ``rows``: columns ts, metric, value — the stored ``<hist>_bucket:<le>``, ``_sum``,
-    ``_count`` series of ONE source. Windows (w0, w0 + window_s] tile the range from ``start``
-    (default: the first scrape); a window's increase is its last scrape minus the last scrape at
-    or before w0 (so the first scrape is the first window's baseline), as Prometheus'
-    ``increase``. A counter reset inside a window (count went down) counts from zero.
-    Scrapes without bucket rows (the count did not move) carry the previous buckets forward.
-    Returns columns window_start, window_end, count, mean, and ``p50``/``p90``/… (seconds);
-    windows with no requests have count 0 and NaN statistics.
-    """
-    qcols = [f"p{quantile_name(q)}" for q in quantiles]
-    columns = ["window_start", "window_end", "count", "mean", *qcols]
-    if rows.empty or window_s <= 0:
-        return pd.DataFrame({c: pd.Series(dtype="float64") for c in columns})
-    mine = rows[rows["metric"].str.startswith(hist + "_")]
-    if mine.empty:
-        return pd.DataFrame({c: pd.Series(dtype="float64") for c in columns})
-    wide = mine.pivot_table(index="ts", columns="metric", values="value", aggfunc="last")
-    # buckets are stored only when the count moved: carry the last full scrape forward
-    wide = wide.sort_index().ffill()
-    bucket_cols: dict[str, float] = {}
-    for c in wide.columns:
-        le = parse_bucket(str(c), hist)
-        if le is not None:
-            bucket_cols[str(c)] = le
-    count_col, sum_col = f"{hist}_count", f"{hist}_sum"
-    ts = wide.index.to_numpy(dtype="float64")
-    lo = float(ts[0]) if start is None else start
-    hi = float(ts[-1]) + 1e-9 if end is None else end
-    out: list[dict[str, float | None]] = []
-    edges = np.arange(lo, hi, window_s)
-    for w0 in edges:
-        w1 = w0 + window_s
-        base_idx = np.searchsorted(ts, w0, side="right") - 1  # last scrape at or before w0
-        last_idx = np.searchsorted(ts, w1, side="right") - 1  # last scrape at or before w1
-        rec: dict[str, float | None] = {"window_start": float(w0), "window_end": float(w1)}
-        if last_idx < 0 or last_idx <= base_idx or base_idx < 0:
-            rec.update({"count": 0.0, "mean": math.nan, **dict.fromkeys(qcols, math.nan)})
-            out.append(rec)
-            continue
-        now_row = wide.iloc[last_idx]
-        base_row = wide.iloc[base_idx]
-        has_count = count_col in wide.columns
-        reset = bool(now_row[count_col] < base_row[count_col]) if has_count else False
-
-        count = _delta(now_row, base_row, count_col, reset) if has_count else math.nan
-        total = _delta(now_row, base_row, sum_col, reset) if sum_col in wide.columns else math.nan
-        buckets = [(le, _delta(now_row, base_row, c, reset)) for c, le in bucket_cols.items()]
-        buckets = [(le, c) for le, c in buckets if not math.isnan(c)]
-        if math.isnan(count) and buckets:
-            count = max(c for _, c in buckets)
-        rec["count"] = count
-        rec["mean"] = total / count if count and count > 0 and not math.isnan(total) else math.nan
-        for q, col in zip(quantiles, qcols, strict=True):
-            value = histogram_quantile(q, buckets) if buckets and count > 0 else None
-            rec[col] = math.nan if value is None else value
-        out.append(rec)
-    return pd.DataFrame.from_records(out, columns=columns)
-
-
-def _delta(now_row: pd.Series, base_row: pd.Series, col: str, reset: bool) -> float:
-    a = float(now_row[col])
-    b = 0.0 if reset else float(base_row[col])
-    if math.isnan(a):
-        return math.nan
-    return a - (0.0 if math.isnan(b) else b)
 
 
 def quantile_name(q: float) -> str:

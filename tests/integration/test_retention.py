@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 import cli
-from analysis.engine_series import histogram_windows
+from analysis.histogram_windows import summed_histogram_windows
 from errors import ExitCode, InputError
 from store import ingest, retention
 from store.db import Store
@@ -138,16 +138,26 @@ def _histogram_rows(seconds: int) -> list[dict[str, object]]:
 def test_histogram_counts_unchanged_at_bucket_aligned_windows(store: Store) -> None:
     ingest.add_rows(store, "engine_samples", _histogram_rows(600))
     now = T0 + 480 + RAW_FOR  # cutoff T0 + 480: 8 minutes aggregated, 2 raw
-    before = histogram_windows(_engine(store), "ttft_seconds", window_s=60, start=T0)
+    before = summed_histogram_windows(_engine(store), "ttft_seconds", window_s=60, start=T0)
 
     report = retention.compact(store, now=now, raw_for_s=RAW_FOR, bucket_s=60)
 
     assert report.tables[0].buckets == 8 * 5
     after_rows = _engine(store)
     assert len(after_rows) == 8 * 5 + 120 * 5
-    after = histogram_windows(after_rows, "ttft_seconds", window_s=60, start=T0)
+    after = summed_histogram_windows(after_rows, "ttft_seconds", window_s=60, start=T0)
     assert list(after["window_start"]) == list(before["window_start"])
-    assert list(after["count"]) == list(before["count"])
+    # windows without a restart keep their counts exactly; the window holding the restart
+    # (second 200, inside (180, 240]) loses what was served between its bucket's start and the
+    # restart: the aggregate kept only the value at 180 and the (reset) value at 240
+    inf_raw = {
+        r["ts"]: r["value"] for r in _histogram_rows(600) if r["metric"] == "ttft_seconds_count"
+    }
+    lost = inf_raw[T0 + 199] - inf_raw[T0 + 180]
+    assert lost > 0
+    expected = list(before["count"])
+    expected[3] -= lost
+    assert list(after["count"]) == expected
     assert after["count"].sum() > 0
     # the cumulative series stays monotone between resets once aggregated
     inf = after_rows[after_rows["metric"] == "ttft_seconds_bucket:+Inf"]

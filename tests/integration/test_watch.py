@@ -97,9 +97,9 @@ def test_live_collection_stores_every_sample_of_the_sim(sim: SimHandle, live_db:
     assert gpus["mem_total_bytes"].iloc[0] > gpus["mem_used_bytes"].iloc[0] > 1e9
     # histogram series were stored, label-free, and yield a TTFT percentile for the window
     hist = sample_series.engine_histogram_series(store, target, "ttft_seconds", since=0)
-    from analysis import engine_series
+    from analysis.histogram_windows import summed_histogram_windows
 
-    w = engine_series.histogram_windows(hist, "ttft_seconds", window_s=3600.0)
+    w = summed_histogram_windows(hist.assign(target=target), "ttft_seconds", window_s=3600.0)
     assert w["count"].sum() == 6
     assert w["p50"].dropna().iloc[0] > 0
     # a summary fit for runs.client_params

@@ -45,64 +45,6 @@ def test_histogram_quantile_matches_prometheus() -> None:
         engine_series.histogram_quantile(1.5, buckets)
 
 
-def _hist_rows(scrapes: list[tuple[float, dict[float, float], float]]) -> pd.DataFrame:
-    rows = []
-    for ts, buckets, total in scrapes:
-        for le, c in buckets.items():
-            name = "+Inf" if math.isinf(le) else repr(le)
-            rows.append({"ts": ts, "metric": f"queue_time_seconds_bucket:{name}", "value": c})
-        rows.append({"ts": ts, "metric": "queue_time_seconds_count", "value": buckets[math.inf]})
-        rows.append({"ts": ts, "metric": "queue_time_seconds_sum", "value": total})
-    return pd.DataFrame(rows)
-
-
-def test_histogram_windows_use_bucket_increases_and_survive_a_reset() -> None:
-    inf = math.inf
-    rows = _hist_rows(
-        [
-            (0.0, {0.1: 100.0, 1.0: 100.0, inf: 100.0}, 5.0),  # baseline: history before
-            (5.0, {0.1: 110.0, 1.0: 120.0, inf: 120.0}, 9.0),  # +10 ≤0.1, +10 in (0.1,1]
-            (10.0, {0.1: 110.0, 1.0: 120.0, inf: 120.0}, 9.0),  # window 2: nothing new
-            (15.0, {0.1: 4.0, 1.0: 4.0, inf: 4.0}, 0.2),  # engine restarted: 4 fast requests
-        ]
-    )
-    w = engine_series.histogram_windows(
-        rows, "queue_time_seconds", window_s=5.0, start=0.0, end=20.0
-    )
-    assert w["window_start"].tolist() == [0.0, 5.0, 10.0, 15.0]
-    # (0,5]: baseline at 0, 20 requests, sum +4 s → mean 0.2; P50 = rank 10 → 0.1
-    assert w["count"].iloc[0] == 20.0
-    assert w["mean"].iloc[0] == pytest.approx(0.2)
-    assert w["p50"].iloc[0] == pytest.approx(0.1)
-    # P90 = rank 18 → 0.1 + 0.9 × 8/10 = 0.82
-    assert w["p90"].iloc[0] == pytest.approx(0.82)
-    # (5,10]: no increase
-    assert w["count"].iloc[1] == 0.0 and math.isnan(w["p99"].iloc[1])
-    # (10,15]: reset → counts from zero: 4 requests, all ≤ 0.1 s
-    assert w["count"].iloc[2] == 4.0
-    assert w["mean"].iloc[2] == pytest.approx(0.05)
-    assert w["p50"].iloc[2] == pytest.approx(0.05)
-    # (15,20]: no scrape after 15 → nothing measurable
-    assert w["count"].iloc[3] == 0.0 and math.isnan(w["p50"].iloc[3])
-    # the default start is the first scrape
-    d = engine_series.histogram_windows(rows, "queue_time_seconds", window_s=100.0)
-    assert d["count"].tolist() == [4.0]  # 20 before the reset are lost to it, as in Prometheus
-
-
-def test_histogram_windows_without_buckets_give_the_mean_only() -> None:
-    rows = pd.DataFrame(
-        {
-            "ts": [0.0, 0.0, 10.0, 10.0],
-            "metric": ["e2e_seconds_sum", "e2e_seconds_count"] * 2,
-            "value": [1.0, 2.0, 7.0, 5.0],
-        }
-    )
-    w = engine_series.histogram_windows(rows, "e2e_seconds", window_s=10.0, start=0.0, end=10.0)
-    assert w["count"].tolist() == [3.0]
-    assert w["mean"].iloc[0] == pytest.approx(2.0)
-    assert math.isnan(w["p50"].iloc[0])
-
-
 def test_staleness_is_three_intervals() -> None:
     assert not engine_series.is_stale(97.5, now=100.0, interval_s=1.0)
     assert engine_series.is_stale(96.9, now=100.0, interval_s=1.0)
@@ -132,23 +74,3 @@ def test_target_summary() -> None:
     assert s.loc["b", "requests_waiting"] == 3.0
     assert math.isnan(s.loc["b", "generation_tps"])
     assert engine_series.target_summary(df.iloc[0:0], now=0.0).empty
-
-
-def test_histogram_windows_carry_buckets_forward_over_count_only_scrapes() -> None:
-    inf = math.inf
-    full = _hist_rows(
-        [(0.0, {0.1: 1.0, 1.0: 2.0, inf: 2.0}, 0.6), (2.0, {0.1: 5.0, 1.0: 6.0, inf: 6.0}, 1.2)]
-    )
-    count_only = pd.DataFrame(
-        {
-            "ts": [1.0, 1.0, 3.0, 3.0],
-            "metric": ["queue_time_seconds_count", "queue_time_seconds_sum"] * 2,
-            "value": [2.0, 0.6, 6.0, 1.2],
-        }
-    )
-    rows = pd.concat([full, count_only], ignore_index=True)
-    w = engine_series.histogram_windows(
-        rows, "queue_time_seconds", window_s=1.0, start=0.0, end=4.0
-    )
-    assert w["count"].tolist() == [0.0, 4.0, 0.0, 0.0]
-    assert w["p50"].iloc[1] == pytest.approx(0.1 * 2 / 4)  # rank 2 of the 4 new ≤ 0.1

@@ -81,11 +81,6 @@ def test_a_counter_reset_mid_window_keeps_what_was_served_before_and_after() -> 
     assert r["p50"] == pytest.approx(0.1 * 13.0 / 14.0)
     # P90: rank 23.4 in (0.1, 1] holding 12 → 0.1 + 0.9 × 9.4/12
     assert r["p90"] == pytest.approx(0.1 + 0.9 * 9.4 / 12.0)
-    # the single-source reader compares only the ends and loses the 20 before the restart
-    single = engine_series.histogram_windows(
-        rows.drop(columns="target"), "ttft_seconds", window_s=10.0, start=0.0, end=10.0
-    )
-    assert single["count"].iloc[0] == 6.0
 
 
 def test_summed_over_targets_one_of_which_restarts_mid_window() -> None:
@@ -160,24 +155,6 @@ def test_empty_windows_have_count_zero_nan_percentiles_and_say_why() -> None:
     assert empty.empty and "p99_precision" in empty.columns
     with pytest.raises(ValueError, match="window_s"):
         _windows(rows, window_s=0.0)
-
-
-def test_one_target_agrees_with_the_single_source_reader_without_resets() -> None:
-    rows = _rows(
-        "a",
-        [
-            (0.0, {0.05: 1.0, 0.25: 2.0, 1.0: 2.0, INF: 2.0}, 0.1),
-            (3.0, {0.05: 4.0, 0.25: 9.0, 1.0: 12.0, INF: 13.0}, 4.0),
-            (6.0, {0.05: 4.0, 0.25: 15.0, 1.0: 30.0, INF: 31.0}, 20.0),
-            (9.0, {0.05: 8.0, 0.25: 19.0, 1.0: 34.0, INF: 40.0}, 35.0),
-        ],
-    )
-    mine = _windows(rows, window_s=3.0, start=0.0, end=9.0)
-    single = engine_series.histogram_windows(
-        rows.drop(columns="target"), "ttft_seconds", window_s=3.0, start=0.0, end=9.0
-    )
-    for col in ("count", "mean", "p50", "p90", "p99"):
-        assert mine[col].tolist() == pytest.approx(single[col].tolist(), nan_ok=True)
 
 
 def test_quantile_bucket_and_phrases() -> None:
@@ -401,3 +378,92 @@ def test_length_histograms_state_their_precision_in_tokens() -> None:
     w = hw.summed_histogram_windows(rows, "prompt_length_tokens", window_s=10.0, start=0.0)
     assert w.iloc[0]["p50_precision"] == "P50 inside the 128–512 tokens bucket"
     assert w.iloc[0]["mean"] == pytest.approx(300.0)
+
+
+# --- moved from test_engine_series (the single-source reader it tested is gone) ---------
+
+
+def _queue_rows(scrapes: list[tuple[float, dict[float, float], float]]) -> pd.DataFrame:
+    rows = []
+    for ts, buckets, total in scrapes:
+        for le, c in buckets.items():
+            name = "+Inf" if math.isinf(le) else repr(le)
+            rows.append(
+                {"target": "a", "ts": ts, "metric": f"queue_time_seconds_bucket:{name}", "value": c}
+            )
+        rows.append(
+            {
+                "target": "a",
+                "ts": ts,
+                "metric": "queue_time_seconds_count",
+                "value": buckets[math.inf],
+            }
+        )
+        rows.append({"target": "a", "ts": ts, "metric": "queue_time_seconds_sum", "value": total})
+    return pd.DataFrame(rows, columns=["ts", "metric", "value"]).assign(target="a")
+
+
+def test_histogram_windows_use_bucket_increases_and_survive_a_reset() -> None:
+    inf = math.inf
+    rows = _queue_rows(
+        [
+            (0.0, {0.1: 100.0, 1.0: 100.0, inf: 100.0}, 5.0),  # baseline: history before
+            (5.0, {0.1: 110.0, 1.0: 120.0, inf: 120.0}, 9.0),  # +10 ≤0.1, +10 in (0.1,1]
+            (10.0, {0.1: 110.0, 1.0: 120.0, inf: 120.0}, 9.0),  # window 2: nothing new
+            (15.0, {0.1: 4.0, 1.0: 4.0, inf: 4.0}, 0.2),  # engine restarted: 4 fast requests
+        ]
+    )
+    w = hw.summed_histogram_windows(rows, "queue_time_seconds", window_s=5.0, start=0.0, end=20.0)
+    assert w["window_start"].tolist() == [0.0, 5.0, 10.0, 15.0]
+    # (0,5]: baseline at 0, 20 requests, sum +4 s → mean 0.2; P50 = rank 10 → 0.1
+    assert w["count"].iloc[0] == 20.0
+    assert w["mean"].iloc[0] == pytest.approx(0.2)
+    assert w["p50"].iloc[0] == pytest.approx(0.1)
+    # P90 = rank 18 → 0.1 + 0.9 × 8/10 = 0.82
+    assert w["p90"].iloc[0] == pytest.approx(0.82)
+    # (5,10]: no increase
+    assert w["count"].iloc[1] == 0.0 and math.isnan(w["p99"].iloc[1])
+    # (10,15]: reset → counts from zero: 4 requests, all ≤ 0.1 s
+    assert w["count"].iloc[2] == 4.0
+    assert w["mean"].iloc[2] == pytest.approx(0.05)
+    assert w["p50"].iloc[2] == pytest.approx(0.05)
+    # (15,20]: no scrape after 15 → nothing measurable
+    assert w["count"].iloc[3] == 0.0 and math.isnan(w["p50"].iloc[3])
+    # the default start is the first scrape
+    d = hw.summed_histogram_windows(rows, "queue_time_seconds", window_s=100.0)
+    # one window over all: 20 before the restart and 4 after it (a drop counts from 0)
+    assert d["count"].tolist() == [24.0]
+
+
+def test_histogram_windows_without_buckets_give_the_mean_only() -> None:
+    rows = pd.DataFrame(
+        {
+            "target": ["a"] * 4,
+            "ts": [0.0, 0.0, 10.0, 10.0],
+            "metric": ["e2e_seconds_sum", "e2e_seconds_count"] * 2,
+            "value": [1.0, 2.0, 7.0, 5.0],
+        }
+    )
+    w = hw.summed_histogram_windows(rows, "e2e_seconds", window_s=10.0, start=0.0, end=10.0)
+    assert w["count"].tolist() == [3.0]
+    assert w["mean"].iloc[0] == pytest.approx(2.0)
+    assert math.isnan(w["p50"].iloc[0])
+
+
+def test_histogram_windows_carry_buckets_forward_over_count_only_scrapes() -> None:
+    inf = math.inf
+    full = _queue_rows(
+        [(0.0, {0.1: 1.0, 1.0: 2.0, inf: 2.0}, 0.6), (2.0, {0.1: 5.0, 1.0: 6.0, inf: 6.0}, 1.2)]
+    )
+    count_only = pd.DataFrame(
+        {
+            "target": ["a"] * 4,
+            "ts": [1.0, 1.0, 3.0, 3.0],
+            "metric": ["queue_time_seconds_count", "queue_time_seconds_sum"] * 2,
+            "value": [2.0, 0.6, 6.0, 1.2],
+        }
+    )
+    rows = pd.concat([full, count_only], ignore_index=True)
+    w = hw.summed_histogram_windows(rows, "queue_time_seconds", window_s=1.0, start=0.0, end=4.0)
+    assert w["count"].tolist() == [0.0, 4.0, 0.0, 0.0]
+    assert w["p50"].iloc[1] == pytest.approx(0.1 * 2 / 4)  # rank 2 of the 4 new ≤ 0.1
