@@ -1,0 +1,308 @@
+"""services.views.incident on a real DuckDB store filled with engine samples as the watcher
+writes them (histogram buckets ``<hist>_bucket:<le>``, ``_sum``, ``_count``, gauges, counters,
+raw finished-request counters): a calm quarter hour, then a KV-saturation episode. The view
+names pattern 1 with its numbers, compares before and during, and refuses bad URLs."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from errors import InputError
+from services.views.incident import (
+    IncidentRequest,
+    incident_choices,
+    incident_view,
+    parse_time,
+    sub_window_s,
+)
+from services.views.traffic import incident_path
+from store import ingest
+from store.db import Store
+from store.lifecycle import open_store
+
+T0 = 1_900_000_000.0
+SPAN = 900.0
+TARGET = "http://10.0.0.1:8000/metrics"
+OTHER = "http://10.0.0.2:8000/metrics"
+INF = math.inf
+BUCKETS = {
+    "ttft_seconds": (0.1, 0.5, 1.0, 2.5, 10.0, INF),
+    "e2e_seconds": (1.0, 2.5, 5.0, 10.0, 30.0, INF),
+    "queue_time_seconds": (0.01, 0.1, 1.0, 5.0, INF),
+    "prefill_time_seconds": (0.05, 0.1, 0.5, INF),
+    "prompt_length_tokens": (100.0, 200.0, 500.0, 1000.0, 2000.0, INF),
+}
+GIB = 2**30
+
+
+def _le(le: float) -> str:
+    return "+Inf" if math.isinf(le) else repr(le)
+
+
+class Engine:
+    """Cumulative histograms and counters of one target, scraped once a second."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+        self.counts = {h: dict.fromkeys(b, 0.0) for h, b in BUCKETS.items()}
+        self.sums = dict.fromkeys(BUCKETS, 0.0)
+        self.tokens = 0.0
+        self.preemptions = 0.0
+        self.finished = 0.0
+        self.rows: list[tuple[str, str, float, str, float]] = []
+        self.raw: list[tuple[str, float, str, str, float]] = []
+
+    def observe(self, hist: str, value: float) -> None:
+        for le in BUCKETS[hist]:
+            if value <= le:
+                self.counts[hist][le] += 1
+        self.sums[hist] += value
+
+    def scrape(self, ts: float, *, running: float, waiting: float, kv: float) -> None:
+        add = self.rows.append
+        for hist, counts in self.counts.items():
+            for le, c in counts.items():
+                add((self.target, "vllm", ts, f"{hist}_bucket:{_le(le)}", c))
+            add((self.target, "vllm", ts, f"{hist}_count", counts[INF]))
+            add((self.target, "vllm", ts, f"{hist}_sum", self.sums[hist]))
+        for metric, value in (
+            ("requests_running", running),
+            ("requests_waiting", waiting),
+            ("kv_cache_usage", kv),
+            ("generation_tokens_total", self.tokens),
+            ("preemptions_total", self.preemptions),
+        ):
+            add((self.target, "vllm", ts, metric, value))
+        labels = json.dumps({"finished_reason": "stop"}, sort_keys=True)
+        self.raw.append((self.target, ts, "vllm:request_success_total", labels, self.finished))
+
+    def request(
+        self, *, ttft: float, queue: float, prefill: float, e2e: float, prompt: float
+    ) -> None:
+        self.observe("ttft_seconds", ttft)
+        self.observe("queue_time_seconds", queue)
+        self.observe("prefill_time_seconds", prefill)
+        self.observe("e2e_seconds", e2e)
+        self.observe("prompt_length_tokens", prompt)
+        self.finished += 1
+
+
+PROMPTS = (150.0, 180.0, 160.0, 170.0)  # a narrow mix: P90/P10 well under 4×
+
+
+def _episode(engine: Engine) -> None:
+    """[T0, T0+900): calm — 4 requests/s, TTFT 50 ms, KV 40 %, nobody waits, 500 tokens/s.
+    [T0+900, T0+1800]: saturated — the same 4 requests/s, KV 97 %, the queue grows from 0 to
+    ~45, a preemption every 10 s, TTFT mostly queueing (1.5–8 s), 520 tokens/s."""
+    for i in range(int(2 * SPAN) + 1):
+        ts = T0 + i
+        during = i > SPAN
+        for k in range(4):
+            if during:
+                queue = (1.5, 1.8, 2.0, 7.5)[k]
+                engine.request(
+                    ttft=queue + 0.06, queue=queue, prefill=0.06, e2e=queue + 4.0,
+                    prompt=PROMPTS[k],
+                )  # fmt: skip
+            else:
+                engine.request(ttft=0.05, queue=0.004, prefill=0.045, e2e=2.0, prompt=PROMPTS[k])
+        engine.tokens += 520.0 if during else 500.0
+        if during and i % 10 == 0:
+            engine.preemptions += 1
+        waiting = (i - SPAN) / 20.0 if during else 0.0
+        engine.scrape(
+            ts, running=16.0 if during else 8.0, waiting=waiting, kv=0.97 if during else 0.4
+        )
+
+
+def _write(store: Store, engines: list[Engine], *, gpu: bool = True) -> None:
+    rows = [r for e in engines for r in e.rows]
+    ingest.add_rows(
+        store,
+        "engine_samples",
+        pd.DataFrame(rows, columns=["target", "engine", "ts", "metric", "value"]),
+    )
+    raw = [r for e in engines for r in e.raw]
+    ingest.add_rows(
+        store,
+        "engine_raw_samples",
+        pd.DataFrame(raw, columns=["target", "ts", "name", "labels", "value"]),
+    )
+    if gpu:
+        ts = [T0 + 5 * i for i in range(int(2 * SPAN / 5) + 1)]
+        ingest.add_rows(
+            store,
+            "gpu_samples",
+            pd.DataFrame(
+                {
+                    "host": "node-a",
+                    "gpu_index": 0,
+                    "ts": ts,
+                    "mem_used_bytes": 74.0 * GIB,
+                    "mem_total_bytes": 80.0 * GIB,
+                    "util_gpu": [0.95 if t > T0 + SPAN else 0.6 for t in ts],
+                }
+            ),
+        )
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    opened = open_store(f"duckdb:///{tmp_path / 'store.duckdb'}")
+    try:
+        yield opened
+    finally:
+        opened.dispose()
+
+
+@pytest.fixture
+def saturated(store: Store) -> Store:
+    engine = Engine(TARGET)
+    _episode(engine)
+    _write(store, [engine])
+    return store
+
+
+def _during() -> IncidentRequest:
+    return IncidentRequest(TARGET, T0 + SPAN, T0 + 2 * SPAN)
+
+
+def test_a_saturation_episode_names_pattern_1_with_its_numbers(saturated: Store) -> None:
+    view = incident_view(saturated, _during())
+    assert view.targets == (TARGET,) and view.engine == "vllm"
+    assert (view.before.start, view.before.end) == (T0, T0 + SPAN)
+    rules = [f.rule for f in view.findings]
+    assert 1 in rules
+    one = next(f for f in view.findings if f.rule == 1)
+    assert one.title == "Memory full and the queue building"
+    assert one.evidence["peak KV usage"] == "97%"
+    # every sample of the during span is ≥ 90 % (the one at T0+900 is the calm span's last)
+    assert one.evidence["samples with KV ≥ 90%"] == "100% of 900"
+    assert one.evidence["waiting requests, mean before → during"] == "0.0 → 22.5"
+    assert one.evidence["preemptions during"] == "90"
+    assert one.evidence["waiting requests (peak)"] == "45"
+    assert "share of TTFT spent queueing" in one.evidence
+    assert float(one.evidence["share of TTFT spent queueing"].rstrip("%")) > 90
+    assert one.actions and one.chart == "state"
+    # the narrow prompt mix and steady arrivals do not make pattern 2
+    assert 2 not in rules
+    # the queue rose (0 → 22.5, floored at 1: 22.5×) while tokens/s grew 4 %: pattern 3, and
+    # the full KV cache / busy GPU make it GPU-bound
+    three = next(f for f in view.findings if f.rule == 3)
+    assert "GPU-bound" in three.title
+    assert "+4%" in three.evidence["generated tokens/s before → during"]
+
+
+def test_before_vs_during_figures(saturated: Store) -> None:
+    view = incident_view(saturated, _during())
+    b, d = view.before, view.during
+    # 4 requests/s over 900 s in each span, from the finished-request counter
+    assert b.finished == pytest.approx(3600) and d.finished == pytest.approx(3600)
+    assert d.request_rate == pytest.approx(4.0) and d.error_rate == 0.0
+    assert d.request_source == "finished-request counters"
+    # TTFT percentiles over the whole span from the summed bucket increases, with precision:
+    # before every TTFT is 50 ms (≤0.1 bucket); during the P50 rank 1800 lies in (1, 2.5]
+    # (2 700 requests there) → 1 + 1.5 × 1800/2700 = 2.0 s; P99 in (2.5, 10] → 2.5 + 7.5 ×
+    # (3564 − 2700)/900 = 9.7 s
+    assert b.latency["ttft_seconds"].get("p50") == pytest.approx(0.05)
+    assert d.latency["ttft_seconds"].get("p50") == pytest.approx(2.0)
+    assert d.latency["ttft_seconds"].get("p99") == pytest.approx(9.7)
+    assert d.latency["ttft_seconds"].precision["p99"] == "P99 inside the 2.5–10 s bucket"
+    # queueing share of TTFT: mean queue / mean TTFT from _sum / _count
+    assert d.ttft_share("queue_time_seconds") == pytest.approx(3.2 / 3.26, rel=1e-6)
+    assert b.ttft_share("prefill_time_seconds") == pytest.approx(0.045 / 0.05)
+    assert b.generation_tps == pytest.approx(500.0) and d.generation_tps == pytest.approx(520.0)
+    assert d.gpu_util_mean == pytest.approx(0.95) and b.gpu_mem_total_bytes == 80 * GIB
+    # the same prompt mix before and during: KS distance 0
+    assert view.prompt_during.total == pytest.approx(3600)
+    assert view.length_distance == pytest.approx(0.0)
+    table = view.comparison.set_index("measure")
+    assert table.loc["TTFT P99", "during"] == "9.70 s"
+    assert table.loc["TTFT P99", "note"] == "P99 inside the 2.5–10 s bucket"
+    assert table.loc["request rate", "during"] == "4.00 req/s"
+    # charts: 30 sub-windows of 30 s per span, on one grid
+    assert view.window_s == 30.0
+    assert len(view.windows["ttft_seconds"]) == 60
+    assert not view.state.empty and not view.gpus.empty
+    # 15 minutes is long enough to judge a trend: the flat P99 of 30 s sub-windows is none
+    assert not any("pattern 4" in m for m in view.missing)
+
+
+def test_a_calm_window_finds_nothing(saturated: Store) -> None:
+    view = incident_view(saturated, IncidentRequest(TARGET, T0 + 600, T0 + 900))
+    assert view.findings == ()
+    # 5 minutes: a trend is too short to judge, and the page says so
+    assert any("too short to judge (needs ≥ 10 min" in m for m in view.missing)
+
+
+def test_all_targets_are_summed_when_none_is_named(store: Store) -> None:
+    a, b = Engine(TARGET), Engine(OTHER)
+    _episode(a)
+    _episode(b)
+    _write(store, [a, b], gpu=False)
+    view = incident_view(store, IncidentRequest(None, T0 + SPAN, T0 + 2 * SPAN))
+    assert view.targets == (TARGET, OTHER)
+    assert view.during.finished == pytest.approx(7200)
+    assert view.during.waiting_max == pytest.approx(90)  # summed over the two targets
+    assert 1 in [f.rule for f in view.findings]
+
+
+def test_an_unknown_target_lists_the_known_ones(saturated: Store) -> None:
+    with pytest.raises(InputError, match=re.escape(f"known targets: {TARGET}")):
+        incident_view(saturated, IncidentRequest("http://nope:1/metrics", T0, T0 + 60))
+
+
+def test_a_window_with_no_samples_is_empty(saturated: Store) -> None:
+    view = incident_view(saturated, IncidentRequest(TARGET, T0 + 86_400, T0 + 86_460))
+    assert view.empty and view.findings == ()
+
+
+def test_the_form_defaults_to_the_last_15_minutes_of_the_newest_target(saturated: Store) -> None:
+    choices = incident_choices(saturated)
+    assert choices.targets == ((TARGET, T0 + 2 * SPAN),)
+    assert (choices.target, choices.start, choices.end) == (TARGET, T0 + 900, T0 + 1800)
+    req = _during()
+    assert incident_choices(saturated, req).start == req.start
+
+
+def test_request_from_url_parameters() -> None:
+    assert IncidentRequest.from_params({}) is None
+    req = IncidentRequest.from_params({"target": TARGET, "from": "1900000900", "to": "1900001800"})
+    assert req == _during()
+    assert req is not None and req.path == incident_path(TARGET, T0 + SPAN, T0 + 2 * SPAN)
+    assert IncidentRequest.from_params(req.params()) == req
+    iso = IncidentRequest.from_params(
+        {"target": TARGET, "from": "2030-03-17T17:46:40Z", "to": "2030-03-17T18:01:40+00:00"}
+    )
+    assert iso is not None and (iso.start, iso.end) == (1_900_000_000.0, 1_900_000_900.0)
+    assert parse_time("from", "2030-03-17T17:46:40") == 1_900_000_000.0  # no offset: UTC
+    assert IncidentRequest.from_params({"from": "1", "to": "2"}) == IncidentRequest(None, 1, 2)
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"target": TARGET}, "from is missing; accepted: epoch seconds"),
+        ({"from": "100"}, "to is missing"),
+        ({"from": "yesterday", "to": "200"}, "from='yesterday' is not a time; accepted"),
+        ({"from": "100", "to": "nan"}, "to='nan' is not a time"),
+        ({"from": "200", "to": "100"}, "must be before to"),
+        ({"from": "0", "to": str(8 * 86400)}, "spans 8.0 days; accepted: at most 7 days"),
+    ],
+)
+def test_bad_url_parameters_name_the_parameter(params: dict[str, str], message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        IncidentRequest.from_params(params)
+
+
+def test_sub_windows_tile_the_span() -> None:
+    assert sub_window_s(900) == 30.0
+    assert sub_window_s(60) == 10.0
+    assert sub_window_s(5) == 5.0
