@@ -9,7 +9,7 @@ from errors import ServeScopeError
 from ui import compare_charts as charts
 from ui import compare_panels as panels
 from ui import compare_tables as tables
-from ui import display
+from ui import display, production_mix
 from ui.cache import compare as cache_compare
 from ui.errors import show_error
 
@@ -57,6 +57,7 @@ st.subheader("Percentiles")
 st.dataframe(tables.percentile_table(rows), hide_index=True, key="compare_pct_table")
 st.subheader("SLO capacity per series")
 st.dataframe(tables.capacity_table(view.capacity), hide_index=True, key="compare_capacity_table")
+production_mix.show_for_runs(view.per_request, choices)
 
 st.subheader("Across load")
 pct = profile.percentile

@@ -7,7 +7,7 @@ import streamlit as st
 
 from errors import ServeScopeError
 from services.views.select import PERTURBATION_SPREAD
-from ui import display
+from ui import display, production_mix
 from ui import select_charts as charts
 from ui import select_panels as panels
 from ui.cache import select as cache_select
@@ -80,6 +80,7 @@ if view.other_frameworks:
         f"{display.md_escape(k)} ({v} runs)" for k, v in view.other_frameworks.items()
     )
     st.caption(f"Runs of frameworks not in the catalogue (not ranked): {others}.")
+production_mix.show_for_frameworks(view)
 
 st.subheader("Scores and their evidence")
 panels.show_scores(view)

@@ -144,6 +144,8 @@ class Evidence:
     verification: Mapping[str, Any] | None = None  # latest verify: passed, failed, version …
     quality: Mapping[str, Any] | None = None  # latest quality run with it as the candidate
     health: Mapping[str, Any] | None = None  # latest project-health fetch
+    run_ids: tuple[str, ...] = ()  # the runs its evidence was drawn from (newest first)
+    capacity_runs: tuple[str, ...] = ()  # the runs of the configuration that reached capacity
 
     @property
     def measured(self) -> bool:
@@ -427,14 +429,17 @@ def _with_capacity(
         if len(rows) and "goodput" in rows
         else None
     )
-    ev = replace(ev, runs=len(runs), goodput=finite_number(goodput))
+    run_ids = tuple(runs["run_id"].astype(str))
+    ev = replace(ev, runs=len(runs), goodput=finite_number(goodput), run_ids=run_ids)
     if best is not None:
+        behind = rows.loc[rows["series"].astype(str) == best[2], "run_id"] if len(rows) else ()
         ev = replace(
             ev,
             capacity=best[0],
             capacity_kind=best[1],
             capacity_series=best[2],
             capacity_note=best[3],
+            capacity_runs=tuple(str(r) for r in behind),
         )
     return ev
 
