@@ -1,24 +1,39 @@
-"""services.views.live on a real DuckDB store at a fixed ``now``: the window shown, staleness of
-targets and GPUs, counter rates; the selection parsed from URL parameters."""
+"""services.views.live on a real DuckDB store at a fixed ``now``: the span shown, staleness of
+targets and GPUs, counter rates; the on-call windows (percentiles from the engines' histograms,
+request and error rate) judged against an SLO profile, each breach linked to its incident view;
+the production length mix; the selection parsed from URL parameters, bad values refused."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
 import pandas as pd
 import pytest
+from live_store import BURST, ERRORS, PER_S, TARGET
+from live_store import seed as seed_oncall
 
-from services.views.live import REFRESH_S, WINDOW_S, LiveSelection, live_view
+from errors import InputError
+from services.views.live import (
+    REFRESH_S,
+    SPAN_MIN,
+    WINDOW_S,
+    LiveSelection,
+    investigate_path,
+    live_view,
+    window_grid_start,
+)
 from store import ingest
 from store.db import Store
 from store.lifecycle import open_store
 
-NOW = 1_900_000_000.0
+NOW = 1_900_000_200.0  # a multiple of every window used: the grid ends at NOW
 LIVE, STOPPED = "http://10.0.0.1:8000/metrics", "http://10.0.0.2:30000/metrics"
 TOKENS_PER_S = 250.0
 GIB = 2**30
+SPAN_S = SPAN_MIN * 60
 
 
 def _seed(store: Store) -> None:
@@ -52,8 +67,13 @@ def _seed(store: Store) -> None:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    opened = open_store(f"duckdb:///{tmp_path / 'store.duckdb'}")
+def url(tmp_path: Path) -> str:
+    return f"duckdb:///{tmp_path / 'store.duckdb'}"
+
+
+@pytest.fixture
+def store(url: str) -> Iterator[Store]:
+    opened = open_store(url)
     try:
         yield opened
     finally:
@@ -63,14 +83,17 @@ def store(tmp_path: Path) -> Iterator[Store]:
 def test_an_empty_store_shows_nothing(store: Store) -> None:
     view = live_view(store, LiveSelection(), now=NOW)
     assert view.empty and not view.current
-    assert (view.window_start, view.window_end) == (NOW - WINDOW_S, NOW)
+    assert (view.start, view.end) == (NOW - SPAN_S, NOW)
+    assert view.judged.empty and view.latency == {}
+    assert "interactive-chat" in view.profiles and view.profile is not None
 
 
-def test_current_window_with_stale_sources_and_rates(store: Store) -> None:
+def test_current_span_with_stale_sources_and_rates(store: Store) -> None:
     _seed(store)
     view = live_view(store, LiveSelection(), now=NOW)
-    assert view.current and (view.window_start, view.window_end) == (NOW - WINDOW_S, NOW)
+    assert view.current and (view.start, view.end) == (NOW - SPAN_S, NOW)
     assert view.targets["target"].tolist() == [LIVE, STOPPED]
+    assert view.target_choices == (LIVE, STOPPED)
     assert view.stale_targets == {STOPPED}
     assert view.targets["generation_tps"].iloc[0] == pytest.approx(TOKENS_PER_S)
     rates = view.generation_rates
@@ -79,20 +102,186 @@ def test_current_window_with_stale_sources_and_rates(store: Store) -> None:
     )
     assert view.gpus_latest["host"].tolist() == ["a", "b"]
     assert view.stale_hosts == {"b"}
+    # no histograms stored: windows exist but none has a request, so none breaches
+    assert not view.breaches.shape[0]
 
 
-def test_old_samples_show_the_last_recorded_window(store: Store) -> None:
+def test_old_samples_show_the_last_recorded_span(store: Store) -> None:
     _seed(store)
     later = NOW + 86_400
     view = live_view(store, LiveSelection(), now=later)
     assert not view.current and not view.empty
-    assert view.window_end == NOW and view.window_start == NOW - WINDOW_S
+    assert view.end == NOW and view.start == NOW - SPAN_S
     assert view.stale_targets == {LIVE, STOPPED} and view.stale_hosts == {"a", "b"}
+
+
+def _oncall(url: str, **selection: object) -> tuple[object, pd.DataFrame]:
+    seed_oncall(url, NOW)
+    store = open_store(url)
+    try:
+        view = live_view(store, LiveSelection(**selection), now=NOW)  # type: ignore[arg-type]
+    finally:
+        store.dispose()
+    return view, view.judged
+
+
+def test_windows_from_the_histograms_judged_against_the_profile(url: str) -> None:
+    view, judged = _oncall(url, window_s=30, span_min=5, target=TARGET)
+    assert view.profile is not None and view.profile.name == "interactive-chat"
+    ttft = view.latency["ttft_seconds"]
+    # ten 30 s windows over the five minutes, each with 300 requests
+    assert ttft["window_start"].tolist() == [NOW - 300 + 30 * k for k in range(10)]
+    assert ttft["count"].tolist() == [30.0 * PER_S] * 10
+    burst = ttft["window_start"] == NOW - BURST[0]
+    # every burst request in (1, 2.5] s: P99 = 1 + 1.5 × 297/300
+    assert ttft.loc[burst, "p99"].iloc[0] == pytest.approx(1.0 + 1.5 * 0.99)
+    assert ttft.loc[burst, "p99_precision"].iloc[0] == "P99 inside the 1–2.5 s bucket"
+    assert (ttft.loc[~burst, "p99"] < 0.1).all()
+    assert set(view.latency) == {"ttft_seconds", "e2e_seconds", "queue_time_seconds"}
+    # request and error rate per window
+    req = view.requests
+    errors = req["window_start"] == NOW - ERRORS[0]
+    assert req.loc[~errors, "request_rate"].to_numpy() == pytest.approx(PER_S)
+    assert req.loc[errors, "request_rate"].iloc[0] == pytest.approx(PER_S + 1.0)
+    assert req.loc[errors, "error_rate"].iloc[0] == pytest.approx(30 / 330)
+    assert req.loc[~errors, "error_rate"].fillna(0).eq(0).all()
+    # breaches: the burst (P99 TTFT 2.49 s > 500 ms) and the errors (9.1 % > 1 %)
+    breaches = view.breaches
+    assert breaches["window_start"].tolist() == [NOW - BURST[0], NOW - ERRORS[0]]
+    assert "P99 TTFT 2.49 s > 500 ms" in breaches["reason"].iloc[0]
+    assert "inside the 1–2.5 s bucket" in breaches["reason"].iloc[0]
+    assert breaches["reason"].iloc[1].startswith("error rate 9.1% > 1.0%")
+    assert int(judged["breach"].sum()) == 2 and len(judged) == 10
+    # each window links to its incident view, for this target and exactly that window
+    link = urlsplit(breaches["link"].iloc[0])
+    assert link.path == "/incident"
+    assert parse_qs(link.query) == {
+        "target": [TARGET],
+        "from": [str(int(NOW - BURST[0]))],
+        "to": [str(int(NOW - BURST[1]))],
+    }
+    assert view.limit_s("ttft_seconds") == pytest.approx(0.5)
+    assert view.limit_s("queue_time_seconds") is None
+    assert view.slo_column == "p99" and view.quantile_columns == ("p50", "p90", "p99")
+
+
+def test_another_profile_judges_another_percentile(url: str) -> None:
+    # code-completion: P95 TTFT ≤ 200 ms, E2E ≤ 1.5 s, errors ≤ 0.5 %
+    view, judged = _oncall(url, window_s=60, span_min=5, slo="code-completion")
+    assert judged["breach"].tolist() == [False, False, False, True, True]
+    assert view.slo_column == "p95" and "p95" in view.latency["ttft_seconds"].columns
+    assert view.quantile_columns == ("p50", "p90", "p95", "p99")
+    starts = view.breaches["window_start"].tolist()
+    # 60 s windows: the burst (now−120, now−90] lies in (now−120, now−60]; the errors in the next
+    assert starts == [NOW - 120, NOW - 60]
+    assert "P95 E2E" in view.breaches["reason"].iloc[0]
+    assert view.limit_s("e2e_seconds") == pytest.approx(1.5)
+    # all targets (none named): the link leaves the target out
+    assert "target=" not in view.breaches["link"].iloc[0]
+
+
+def test_the_length_mix_over_the_span(url: str) -> None:
+    view, _ = _oncall(url, window_s=30, span_min=5)
+    prompt = view.lengths["prompt_length_tokens"]
+    assert prompt.total == pytest.approx(300 * PER_S)
+    assert prompt.shares[:3] == pytest.approx((0.6, 0.3, 0.1))
+    output = view.lengths["output_length_tokens"]
+    assert output.shares == pytest.approx((0.0, 1.0, 0.0))
+
+
+def test_engine_state_and_gpus_share_the_span(url: str) -> None:
+    view, _ = _oncall(url, window_s=30, span_min=5)
+    assert view.engine["ts"].min() >= view.start and view.engine["ts"].max() <= view.end
+    burst = view.engine[
+        (view.engine["metric"] == "kv_cache_usage")
+        & (view.engine["ts"] > NOW - BURST[0])
+        & (view.engine["ts"] <= NOW - BURST[1])
+    ]
+    assert burst["value"].eq(0.97).all() and len(burst) == 30
+    rates = view.preemption_rates
+    in_burst = rates[(rates["ts"] > NOW - BURST[0]) & (rates["ts"] <= NOW - BURST[1])]
+    assert in_burst["rate"].to_numpy() == pytest.approx(2.0)
+    assert view.gpus["host"].unique().tolist() == ["node-a"]
+
+
+def test_unknown_profile_and_target_name_what_is_accepted(url: str) -> None:
+    seed_oncall(url, NOW)
+    store = open_store(url)
+    try:
+        with pytest.raises(InputError, match=r"\?slo=nope is not an SLO profile.*interactive"):
+            live_view(store, LiveSelection(slo="nope"), now=NOW)
+        with pytest.raises(InputError, match=r"\?target=http://x is not a watched.*10\.0\.0\.1"):
+            live_view(store, LiveSelection(target="http://x"), now=NOW)
+        with pytest.raises(InputError, match="window"):
+            live_view(store, LiveSelection.from_params({"window": "0"}), now=NOW)
+    finally:
+        store.dispose()
 
 
 def test_selection_from_url_parameters() -> None:
     assert LiveSelection.from_params({}) == LiveSelection.default()
-    assert LiveSelection.from_params({"refresh": "5"}).refresh_s == 5.0
+    sel = LiveSelection.from_params(
+        {"slo": "code-completion", "target": TARGET, "window": "60", "span": "30", "refresh": "5"}
+    )
+    assert (sel.slo, sel.target, sel.window_s, sel.span_min, sel.refresh_s) == (
+        "code-completion",
+        TARGET,
+        60,
+        30,
+        5.0,
+    )
+    assert sel.problem is None and LiveSelection.from_params(sel.params()) == sel
+    assert LiveSelection.default().params() == {}
     assert LiveSelection.from_params({"refresh": "0.1"}).refresh_s == 1.0
     assert LiveSelection.from_params({"refresh": "3600"}).refresh_s == 60.0
-    assert LiveSelection.from_params({"refresh": "soon"}).refresh_s == REFRESH_S
+    assert LiveSelection.from_params({"window": ""}).window_s == WINDOW_S
+    assert LiveSelection.default().refresh_s == REFRESH_S
+
+
+@pytest.mark.parametrize(
+    ("params", "says"),
+    [
+        (
+            {"window": "abc"},
+            "?window=abc is not accepted: a whole number of seconds from 5 to 3600",
+        ),
+        ({"window": "2"}, "?window=2 is not accepted"),
+        ({"window": "7.5"}, "?window=7.5 is not accepted"),
+        ({"span": "0"}, "?span=0 is not accepted: a whole number of minutes from 1 to 360"),
+        ({"span": "1", "window": "300"}, "?window=300 is longer than ?span=1 minutes"),
+        ({"span": "360", "window": "10"}, "makes 2160 windows: accepted at most 720"),
+        ({"refresh": "soon"}, "?refresh=soon is not accepted"),
+    ],
+)
+def test_bad_url_parameters_are_a_problem_naming_the_parameter(
+    params: dict[str, str], says: str
+) -> None:
+    sel = LiveSelection.from_params(params)
+    assert sel.problem is not None and says in sel.problem
+
+
+def test_investigate_path_orders_the_range() -> None:
+    assert investigate_path(TARGET, NOW, NOW - 60) == investigate_path(TARGET, NOW - 60, NOW)
+    assert parse_qs(urlsplit(investigate_path(None, NOW - 60.5, NOW)).query) == {
+        "from": [str(int(NOW - 61))],
+        "to": [str(int(NOW))],
+    }
+
+
+def test_windows_sit_on_a_grid_that_refreshes_do_not_move() -> None:
+    # 15 minutes in 30 s windows ending 12 s into a window: the grid ends at the next multiple
+    end = NOW + 12
+    assert window_grid_start(end, 900, 30) == NOW + 30 - 900
+    assert window_grid_start(end + 10, 900, 30) == window_grid_start(end, 900, 30)
+    # a window that does not divide the span: the span is covered, on the window's grid
+    start = window_grid_start(NOW, 60, 7)
+    assert start % 7 == 0 and NOW - 67 < start <= NOW - 60
+
+
+def test_a_click_on_the_timeline_investigates_its_window(url: str) -> None:
+    view, _ = _oncall(url, window_s=30, span_min=5)
+    inside = NOW - BURST[0] + 12
+    assert view.investigate_range(inside, inside) == (NOW - BURST[0], NOW - BURST[1])
+    # a box wider than a window is kept, clipped to the span
+    assert view.investigate_range(NOW + 50, NOW - 100) == (NOW - 100, NOW)
+    assert view.investigate_range(NOW - 1000, NOW - 200) == (NOW - 300, NOW - 200)

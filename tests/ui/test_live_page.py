@@ -1,13 +1,25 @@
-"""AppTest of pages/live.py: empty store, live + stale sources, and the figure builders."""
+"""AppTest of pages/live.py: empty store, live + stale sources, the on-call panels (windows judged
+against ``?slo=``, breaches marked and linked, ``?target=``, the length mix, a range chosen on
+the timeline), bad URL parameters as messages, and the figure builders."""
 
 from __future__ import annotations
 
+import base64
+import json
+import math
 import time
 from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
+import numpy as np
 import pandas as pd
+import pytest
+from live_store import BURST, TARGET
+from live_store import seed as seed_oncall
 from streamlit.testing.v1 import AppTest
 
+from analysis.length_mix import from_buckets
 from store import ingest
 from store.lifecycle import open_store
 from ui import display, live_charts
@@ -17,10 +29,30 @@ PAGE = str(ROOT / "pages" / "live.py")
 GIB = 1024**3
 
 
-def _run() -> AppTest:
-    at = AppTest.from_file(PAGE, default_timeout=30).run()
+def _run(params: dict[str, str] | None = None, state: dict[str, Any] | None = None) -> AppTest:
+    at = AppTest.from_file(PAGE, default_timeout=60)
+    for k, v in (params or {}).items():
+        at.query_params[k] = v
+    for k, v in (state or {}).items():
+        at.session_state[k] = v
+    at.run()
     assert [e.value for e in at.exception] == []
     return at
+
+
+def _values(array: Any) -> list[Any]:
+    """A trace's array as plotly sent it: a list, or a typed array (dtype + base64 bdata)."""
+    if isinstance(array, dict) and "bdata" in array:
+        return np.frombuffer(base64.b64decode(array["bdata"]), dtype=array["dtype"]).tolist()
+    return list(array)
+
+
+def _timeline(at: AppTest) -> dict[str, Any]:
+    """The first chart's spec as sent to the browser."""
+    charts = at.get("plotly_chart")
+    assert charts, "no chart drawn"
+    spec: dict[str, Any] = json.loads(charts[0].proto.spec)
+    return spec
 
 
 def _seed(url: str, now: float) -> None:
@@ -112,7 +144,7 @@ def test_empty_store_names_the_commands(db_url: str) -> None:
 
 
 def test_live_and_stale_sources(db_url: str) -> None:
-    _seed(db_url, time.time())
+    _seed(db_url, time.time() + 10)  # the live target stays live while a busy machine renders
     at = _run()
     # two targets × six figures; the live vLLM target first (sorted by URL)
     values = [m.value for m in at.metric]
@@ -136,7 +168,7 @@ def test_live_and_stale_sources(db_url: str) -> None:
 def test_old_data_only_shows_the_last_recorded_window(db_url: str) -> None:
     _seed(db_url, time.time() - 86_400)
     at = _run()
-    assert len(at.info) == 1 and "last recorded window" in at.info[0].value
+    assert len(at.info) == 1 and "last recorded span" in at.info[0].value
     assert len(at.warning) == 2  # both targets are stale a day later
     assert [m.value for m in at.metric][:2] == ["7", "2"]
 
@@ -173,3 +205,115 @@ def test_figure_builders_are_pure() -> None:
     assert list(mem[0].y) == [2.0] and list(mem[1].y) == [8.0, 8.0]
     util = live_charts.gpu_util_chart(gpus).data
     assert list(util[0].y) == [25.0]
+
+
+# --- on call ------------------------------------------------------------------------------------
+
+
+def _markdown(at: AppTest) -> str:
+    return "\n".join(m.value for m in at.markdown)
+
+
+def test_breaches_against_the_profile_marked_and_linked(db_url: str) -> None:
+    now = time.time()
+    seed_oncall(db_url, now)
+    at = _run({"slo": "interactive-chat", "target": TARGET, "window": "30", "span": "5"})
+    breach_note = at.error[0].value
+    assert breach_note.startswith("**")
+    assert "windows breach interactive" in breach_note
+    n = int(breach_note.split()[0].strip("*"))
+    # the burst (P99 TTFT ≈ 2.5 s) and the aborted requests: 2 to 4 windows, by the grid
+    assert 2 <= n <= 4
+    spec = _timeline(at)
+    shapes = spec["layout"].get("shapes", [])
+    assert len(shapes) == n and all(s["fillcolor"] == "#d62728" for s in shapes)
+    names = [d.get("name") for d in spec["data"]]
+    assert "SLO P99 TTFT ≤ 0.5 s" in names and "TTFT breach" in names
+    crosses = next(d for d in spec["data"] if d.get("name") == "TTFT breach")
+    assert all(1.0 < y <= 2.5 for y in _values(crosses["y"]))  # the burst's P99, inside (1, 2.5]
+    # the same time axis: latency, traffic, engine state and GPUs are rows of one figure
+    assert {"requests/s", "error rate %", "memory % · node-a / GPU 0"} <= set(names)
+    assert any(str(x).startswith("KV % · vllm") for x in names)
+    table = _markdown(at)
+    links = [part.split(")")[0] for part in table.split("[Investigate](")[1:]]
+    assert len(links) == n
+    for link in links:
+        q = parse_qs(urlsplit(link).query)
+        assert q["target"] == [TARGET] and int(q["to"][0]) - int(q["from"][0]) in (30, 31)
+    plain = table.replace("\\", "")
+    assert "P99 TTFT" in plain and "inside the 1–2.5 s bucket" in plain
+    assert "error rate" in plain
+    captions = " ".join(c.value for c in at.caption)
+    assert "P99 inside the" in captions  # the precision of the newest window
+    # the production length mix
+    assert "**Prompt length**: P50" in table and "**Output length**: P50" in table
+    assert len(at.get("plotly_chart")) == 2
+    assert at.query_params["slo"] == "interactive-chat"
+
+
+def test_another_profile_is_picked_from_the_url(db_url: str) -> None:
+    seed_oncall(db_url, time.time())
+    at = _run({"slo": "code-completion", "span": "5"})
+    captions = " ".join(c.value for c in at.caption)
+    assert "P95 TTFT ≤ 200 ms · E2E ≤ 1\\.5 s" in captions
+    names = [d.get("name") for d in _timeline(at)["data"]]
+    assert "SLO P95 E2E ≤ 1.5 s" in names and "TTFT P95" in names
+    assert at.selectbox(key="live_slo").value == "code-completion"
+    assert at.selectbox(key="live_target").value == "All targets"
+
+
+def test_a_range_chosen_on_the_timeline_links_to_the_incident_view(db_url: str) -> None:
+    now = time.time()
+    seed_oncall(db_url, now)
+    lo, hi = now - BURST[0], now - BURST[1]
+    at = _run({"target": TARGET, "span": "5"}, state={"live_investigate": (lo, hi)})
+    link = next(m.value for m in at.markdown if m.value.startswith("[Investigate "))
+    path = link.split("](")[1].rstrip(")")
+    q = parse_qs(urlsplit(path).query)
+    assert urlsplit(path).path == "/incident"
+    assert (int(q["from"][0]), int(q["to"][0])) == (math.floor(lo), math.ceil(hi))
+
+
+def test_choosing_a_profile_writes_the_url(db_url: str) -> None:
+    seed_oncall(db_url, time.time())
+    at = _run({"span": "5"})
+    at.selectbox(key="live_slo").set_value("batch-summarisation").run()
+    assert [e.value for e in at.exception] == []
+    assert at.query_params["slo"] == "batch-summarisation"
+    assert "P90 TTFT ≤ 10 s" in " ".join(c.value for c in at.caption)
+
+
+@pytest.mark.parametrize(
+    ("params", "says"),
+    [
+        ({"window": "abc"}, "window=abc is not accepted: a whole number of seconds from 5 to 3600"),
+        ({"span": "9999"}, "span=9999 is not accepted: a whole number of minutes from 1 to 360"),
+        ({"slo": "nope"}, "slo=nope is not an SLO profile of this store; accepted: "),
+        ({"target": "http://nowhere"}, "target=http://nowhere is not a watched engine target"),
+    ],
+)
+def test_bad_url_parameters_are_messages(db_url: str, params: dict[str, str], says: str) -> None:
+    seed_oncall(db_url, time.time())
+    at = _run(params)
+    errors = " ".join(e.value for e in at.error)
+    plain = errors.replace("\\", "")
+    assert says in plain
+    assert len(at.get("plotly_chart")) == 0
+
+
+def test_length_mix_and_selection_builders_are_pure() -> None:
+    dist = from_buckets([(128.0, 6.0), (512.0, 9.0), (math.inf, 10.0)])
+    fig = live_charts.length_mix_figure([("Prompt length", dist), ("Output length", None)])
+    bars = fig.data
+    assert len(bars) == 1 and list(bars[0].x) == ["≤128", "128–512", ">512"]
+    assert list(bars[0].y) == pytest.approx([60.0, 30.0, 10.0])
+    titles = [a.text for a in fig.layout.annotations]
+    assert titles == ["Prompt length", "Output length: no requests"]
+    box = {"box": [{"x": ["2026-12-02 00:55:00", "2026-12-02 00:54:30.5"]}], "points": []}
+    lo, hi = live_charts.selected_range(box) or (0.0, 0.0)
+    assert hi - lo == pytest.approx(29.5)
+    assert pd.Timestamp(lo, unit="s", tz="UTC") == pd.Timestamp("2026-12-02 00:54:30.5", tz="UTC")
+    click = {"box": [], "points": [{"x": "2026-12-02 00:55:00"}]}
+    assert live_charts.selected_range(click) == (hi - 0.0, hi)
+    assert live_charts.selected_range({"box": [], "points": []}) is None
+    assert live_charts.selected_range(None) is None
