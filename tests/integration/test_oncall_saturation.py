@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from urllib.parse import parse_qs, urlsplit
 
 import pandas as pd
 import pytest
@@ -19,7 +20,8 @@ from oncall_store import SaturationStore, build_saturation_store
 from analysis import slo
 from analysis.slo_windows import window_breaches
 from services.commands.slo_profiles import slo_profiles
-from services.views.traffic import Traffic, traffic
+from services.views.incident import IncidentRequest, incident_view
+from services.views.traffic import Traffic, incident_path, traffic
 from store.db import Store
 from store.lifecycle import open_store
 
@@ -153,3 +155,36 @@ def test_burst_windows_breach_interactive_chat_and_calm_ones_do_not(
     assert all("TTFT" in r and "> 500 ms" in r for r in burst["reason"])
     # windows where nothing finished are never a breach
     assert not judged[judged["count"] == 0]["breach"].any()
+
+
+def test_the_incident_view_names_pattern_1_with_its_numbers(
+    saturation: SaturationStore, store: Store
+) -> None:
+    # the burst's link, as the Live page's breach mark builds it, parsed back as the page does
+    path = incident_path(saturation.target, saturation.burst_start, saturation.burst_end)
+    params = {k: v[0] for k, v in parse_qs(urlsplit(path).query).items()}
+    request = IncidentRequest.from_params(params)
+    assert request is not None and request.target == saturation.target
+    view = incident_view(store, request)
+    assert view.targets == (saturation.target,)
+    rules = [f.rule for f in view.findings]
+    assert 1 in rules, [(f.rule, f.summary) for f in view.findings]
+    kv_full = next(f for f in view.findings if f.rule == 1)
+    assert kv_full.title == "Memory full and the queue building"
+    during, before = view.during, view.before
+    # its numbers are the window's: KV full, a queue, preemptions, TTFT mostly queueing
+    assert during.kv_max is not None and during.kv_max >= 0.95
+    assert during.kv_full_share is not None and during.kv_full_share >= 0.5
+    assert during.waiting_max is not None and during.waiting_max >= 10
+    assert during.preemptions is not None and during.preemptions > 0
+    ev = kv_full.evidence
+    assert ev["peak KV usage"] == f"{during.kv_max:.0%}"
+    assert ev["waiting requests (peak)"] == f"{during.waiting_max:.0f}"
+    assert ev["preemptions during"] == f"{during.preemptions:.0f}"
+    assert float(ev["share of TTFT spent queueing"].rstrip("%")) >= 50
+    assert kv_full.actions and "KV" in kv_full.actions[0]
+    # before vs during: the same length before the burst was calm
+    assert before.kv_max is not None and before.kv_max < 0.3
+    assert during.latency["ttft_seconds"].quantiles["p99"] > (
+        10 * before.latency["ttft_seconds"].quantiles["p99"]
+    )
