@@ -5,14 +5,12 @@ names pattern 1 with its numbers, compares before and during, and refuses bad UR
 
 from __future__ import annotations
 
-import json
-import math
 import re
 from collections.abc import Iterator
 from pathlib import Path
 
-import pandas as pd
 import pytest
+from incident_store import GIB, OTHER, SPAN, T0, TARGET, Engine, episode, write
 
 from errors import InputError
 from services.views.incident import (
@@ -23,134 +21,8 @@ from services.views.incident import (
     sub_window_s,
 )
 from services.views.traffic import incident_path
-from store import ingest
 from store.db import Store
 from store.lifecycle import open_store
-
-T0 = 1_900_000_000.0
-SPAN = 900.0
-TARGET = "http://10.0.0.1:8000/metrics"
-OTHER = "http://10.0.0.2:8000/metrics"
-INF = math.inf
-BUCKETS = {
-    "ttft_seconds": (0.1, 0.5, 1.0, 2.5, 10.0, INF),
-    "e2e_seconds": (1.0, 2.5, 5.0, 10.0, 30.0, INF),
-    "queue_time_seconds": (0.01, 0.1, 1.0, 5.0, INF),
-    "prefill_time_seconds": (0.05, 0.1, 0.5, INF),
-    "prompt_length_tokens": (100.0, 200.0, 500.0, 1000.0, 2000.0, INF),
-}
-GIB = 2**30
-
-
-def _le(le: float) -> str:
-    return "+Inf" if math.isinf(le) else repr(le)
-
-
-class Engine:
-    """Cumulative histograms and counters of one target, scraped once a second."""
-
-    def __init__(self, target: str) -> None:
-        self.target = target
-        self.counts = {h: dict.fromkeys(b, 0.0) for h, b in BUCKETS.items()}
-        self.sums = dict.fromkeys(BUCKETS, 0.0)
-        self.tokens = 0.0
-        self.preemptions = 0.0
-        self.finished = 0.0
-        self.rows: list[tuple[str, str, float, str, float]] = []
-        self.raw: list[tuple[str, float, str, str, float]] = []
-
-    def observe(self, hist: str, value: float) -> None:
-        for le in BUCKETS[hist]:
-            if value <= le:
-                self.counts[hist][le] += 1
-        self.sums[hist] += value
-
-    def scrape(self, ts: float, *, running: float, waiting: float, kv: float) -> None:
-        add = self.rows.append
-        for hist, counts in self.counts.items():
-            for le, c in counts.items():
-                add((self.target, "vllm", ts, f"{hist}_bucket:{_le(le)}", c))
-            add((self.target, "vllm", ts, f"{hist}_count", counts[INF]))
-            add((self.target, "vllm", ts, f"{hist}_sum", self.sums[hist]))
-        for metric, value in (
-            ("requests_running", running),
-            ("requests_waiting", waiting),
-            ("kv_cache_usage", kv),
-            ("generation_tokens_total", self.tokens),
-            ("preemptions_total", self.preemptions),
-        ):
-            add((self.target, "vllm", ts, metric, value))
-        labels = json.dumps({"finished_reason": "stop"}, sort_keys=True)
-        self.raw.append((self.target, ts, "vllm:request_success_total", labels, self.finished))
-
-    def request(
-        self, *, ttft: float, queue: float, prefill: float, e2e: float, prompt: float
-    ) -> None:
-        self.observe("ttft_seconds", ttft)
-        self.observe("queue_time_seconds", queue)
-        self.observe("prefill_time_seconds", prefill)
-        self.observe("e2e_seconds", e2e)
-        self.observe("prompt_length_tokens", prompt)
-        self.finished += 1
-
-
-PROMPTS = (150.0, 180.0, 160.0, 170.0)  # a narrow mix: P90/P10 well under 4×
-
-
-def _episode(engine: Engine) -> None:
-    """[T0, T0+900): calm — 4 requests/s, TTFT 50 ms, KV 40 %, nobody waits, 500 tokens/s.
-    [T0+900, T0+1800]: saturated — the same 4 requests/s, KV 97 %, the queue grows from 0 to
-    ~45, a preemption every 10 s, TTFT mostly queueing (1.5–8 s), 520 tokens/s."""
-    for i in range(int(2 * SPAN) + 1):
-        ts = T0 + i
-        during = i > SPAN
-        for k in range(4):
-            if during:
-                queue = (1.5, 1.8, 2.0, 7.5)[k]
-                engine.request(
-                    ttft=queue + 0.06, queue=queue, prefill=0.06, e2e=queue + 4.0,
-                    prompt=PROMPTS[k],
-                )  # fmt: skip
-            else:
-                engine.request(ttft=0.05, queue=0.004, prefill=0.045, e2e=2.0, prompt=PROMPTS[k])
-        engine.tokens += 520.0 if during else 500.0
-        if during and i % 10 == 0:
-            engine.preemptions += 1
-        waiting = (i - SPAN) / 20.0 if during else 0.0
-        engine.scrape(
-            ts, running=16.0 if during else 8.0, waiting=waiting, kv=0.97 if during else 0.4
-        )
-
-
-def _write(store: Store, engines: list[Engine], *, gpu: bool = True) -> None:
-    rows = [r for e in engines for r in e.rows]
-    ingest.add_rows(
-        store,
-        "engine_samples",
-        pd.DataFrame(rows, columns=["target", "engine", "ts", "metric", "value"]),
-    )
-    raw = [r for e in engines for r in e.raw]
-    ingest.add_rows(
-        store,
-        "engine_raw_samples",
-        pd.DataFrame(raw, columns=["target", "ts", "name", "labels", "value"]),
-    )
-    if gpu:
-        ts = [T0 + 5 * i for i in range(int(2 * SPAN / 5) + 1)]
-        ingest.add_rows(
-            store,
-            "gpu_samples",
-            pd.DataFrame(
-                {
-                    "host": "node-a",
-                    "gpu_index": 0,
-                    "ts": ts,
-                    "mem_used_bytes": 74.0 * GIB,
-                    "mem_total_bytes": 80.0 * GIB,
-                    "util_gpu": [0.95 if t > T0 + SPAN else 0.6 for t in ts],
-                }
-            ),
-        )
 
 
 @pytest.fixture
@@ -165,8 +37,8 @@ def store(tmp_path: Path) -> Iterator[Store]:
 @pytest.fixture
 def saturated(store: Store) -> Store:
     engine = Engine(TARGET)
-    _episode(engine)
-    _write(store, [engine])
+    episode(engine)
+    write(store, [engine])
     return store
 
 
@@ -244,9 +116,9 @@ def test_a_calm_window_finds_nothing(saturated: Store) -> None:
 
 def test_all_targets_are_summed_when_none_is_named(store: Store) -> None:
     a, b = Engine(TARGET), Engine(OTHER)
-    _episode(a)
-    _episode(b)
-    _write(store, [a, b], gpu=False)
+    episode(a)
+    episode(b)
+    write(store, [a, b], gpu=False)
     view = incident_view(store, IncidentRequest(None, T0 + SPAN, T0 + 2 * SPAN))
     assert view.targets == (TARGET, OTHER)
     assert view.during.finished == pytest.approx(7200)
