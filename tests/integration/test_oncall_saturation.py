@@ -71,7 +71,6 @@ def _burst(df: pd.DataFrame, s: SaturationStore) -> pd.DataFrame:
 def test_the_watched_target_is_the_sim(saturation: SaturationStore, span: Traffic) -> None:
     assert span.targets == (saturation.target,)
     assert span.engine == "sim"
-    assert saturation.wall_s < 90.0, f"the store took {saturation.wall_s:.0f} s to build"
 
 
 def test_ttft_and_queue_p99_rise_in_the_burst(saturation: SaturationStore, span: Traffic) -> None:
