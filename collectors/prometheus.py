@@ -260,7 +260,8 @@ def import_window(
     with PrometheusClient(prometheus_url, client=client) as prom:
         series = prom.query_range(default_query(match), start=start, end=end, step=step)
     result = rows_from_series(series, raw=raw)
-    for table, rows in result.rows.items():
+    # the raw counters first, as the watcher hands them over (collectors.watch._raw_first)
+    for table, rows in sorted(result.rows.items(), key=lambda kv: kv[0] != "engine_raw_samples"):
         sink.add(table, rows)
     if on_rows is not None:
         on_rows(result)

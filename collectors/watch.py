@@ -269,6 +269,13 @@ Source = ScrapeSource | NvmlSource | PrometheusSource
 # --- the watcher ------------------------------------------------------------------------------
 
 
+def _raw_first(item: tuple[str, Any]) -> bool:
+    """Sort key handing a scrape's raw series over before its normalised samples: the SLO
+    monitor (``collectors.breach_monitor``) judges a window when the histograms that close it
+    arrive, and reads the finished-request counters of the same scrape."""
+    return item[0] != "engine_raw_samples"
+
+
 class Watcher:
     """Runs every source on its own fixed-interval loop and hands rows to ``sink``."""
 
@@ -314,7 +321,7 @@ class Watcher:
         return [s.state for s in self.sources]
 
     def _hand_over(self, state: SourceState, rows: Mapping[str, list[dict[str, Any]]]) -> None:
-        for table, batch in rows.items():
+        for table, batch in sorted(rows.items(), key=_raw_first):
             if not batch:
                 continue
             self.sink.add(table, batch)
@@ -685,11 +692,14 @@ def watch(
     duration_s: float | None = None,
     on_status: Callable[[Watcher], None] | None = None,
     on_notes: Callable[[str], None] | None = None,
+    on_watcher: Callable[[Watcher], None] | None = None,
     install_signal_handlers: bool = True,
 ) -> Watcher:
     """Run a watcher in the foreground until ``duration_s`` or SIGINT/SIGTERM (then return).
 
-    The caller flushes/closes its sink afterwards. Returns the watcher (counters, states).
+    ``on_watcher`` gets the watcher before it starts (e.g. to ``request_stop`` it from another
+    thread). The caller flushes/closes its sink afterwards. Returns the watcher (counters,
+    states).
     """
     sources, notes = build_sources(spec, interval_s=interval_s)
     for note in notes:
@@ -701,6 +711,8 @@ def watch(
             hint="give --metrics URL, --dcgm URL, --gpu (with an NVIDIA driver) or --prometheus",
         )
     watcher = Watcher(sink, sources, interval_s=interval_s)
+    if on_watcher is not None:
+        on_watcher(watcher)
 
     async def _main() -> None:
         if install_signal_handlers:

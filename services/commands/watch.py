@@ -9,25 +9,41 @@ spool, 2 for bad input.
 ``--retain-raw``/``--downsample`` compact the sample tables (``store.retention``) on a thread of
 their own, at the start and every :data:`COMPACT_EVERY_S` of watching, so a watch of weeks stays
 bounded without delaying a scrape (docs/retention.md).
+
+``--slo PROFILE`` judges every closed ``--slo-window`` of every engine target against the
+profile on a thread of its own (``collectors.breach_monitor``) and prints one ``BREACH`` line
+per breaching window on stdout, with the link to its incident view (``--ui-url``);
+``--fail-on-breach`` stops at the first one and exits ``FAILED`` (3): a canary with
+``--duration``. ``--since`` first fetches that much of a Prometheus server's history
+(docs/watch.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import sys
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import TextIO
 
-from collectors import watch
+from analysis.slo import SloProfile
+from collectors import prometheus, watch
+from collectors.breach_monitor import Breach, BreachMonitor, MonitoredSink
+from collectors.row_sink import RowSink
 from errors import ExitCode, InputError, StoreError
+from services.views.traffic import incident_path
 from store import retention
 from store.db import Store
 
 #: How often ``--retain-raw``/``--downsample`` compact while watching (seconds).
 COMPACT_EVERY_S = 600.0
+#: ``--slo-window``'s default (seconds) and where the incident links point by default.
+DEFAULT_SLO_WINDOW_S = 60.0
+DEFAULT_UI_URL = "http://127.0.0.1:8501"
 
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -52,7 +68,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "Ctrl-C or SIGTERM (which flush what is buffered). Exit status: 0 when anything was "
         f"collected, {ExitCode.FAILED} when every scrape of every target failed, "
         f"{ExitCode.SPOOLED} when the store stayed locked and rows wait in the spool "
-        "(servescope db ingest-spool), 2 for bad input.",
+        f"(servescope db ingest-spool), 2 for bad input; with --slo --fail-on-breach, "
+        f"{ExitCode.FAILED} when a window breached the profile.",
     )
     p.add_argument(
         "--metrics",
@@ -108,6 +125,40 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="DURATION",
         help="bucket of the downsampled samples (e.g. 1m, whole seconds; default with "
         "--retain-raw: 1m)",
+    )
+    p.add_argument(
+        "--since",
+        type=parse_duration,
+        default=None,
+        metavar="DURATION",
+        help="with --prometheus: first fetch this much of the server's history (e.g. 2h, at the "
+        "--interval step), then go on live; --slo judges the history's windows too",
+    )
+    p.add_argument(
+        "--slo",
+        metavar="PROFILE",
+        help="judge every closed window of every engine target against this SLO profile (a "
+        "seeded one or one saved on Compare) and print a BREACH line with its incident link "
+        "on stdout for each window that breaches it",
+    )
+    p.add_argument(
+        "--slo-window",
+        type=parse_duration,
+        default=None,
+        metavar="DURATION",
+        help="length of the judged windows, on a UTC grid (default 60s; at least --interval)",
+    )
+    p.add_argument(
+        "--fail-on-breach",
+        action="store_true",
+        help=f"with --slo: stop at the first breaching window and exit {ExitCode.FAILED} "
+        "(a canary check with --duration: 0 when no window breached)",
+    )
+    p.add_argument(
+        "--ui-url",
+        default=DEFAULT_UI_URL,
+        metavar="URL",
+        help=f"the dashboard the incident links point to (default {DEFAULT_UI_URL})",
     )
     p.add_argument("--db", help="store URL (default: $SERVESCOPE_DB or the DuckDB file)")
     p.set_defaults(func=run)
@@ -190,6 +241,99 @@ class _StatusPrinter:
             self.stream.flush()
 
 
+def _check_slo_flags(args: argparse.Namespace) -> None:
+    """InputError for an ``--slo``/``--since`` flag that cannot work (before anything starts)."""
+    if args.slo is None:
+        for flag, given in (
+            ("--fail-on-breach", args.fail_on_breach),
+            ("--slo-window", args.slo_window is not None),
+        ):
+            if given:
+                raise InputError(f"{flag} needs --slo PROFILE", hint="e.g. --slo interactive-chat")
+    else:
+        if not (args.metrics or args.prometheus):
+            raise InputError(
+                "--slo judges engine targets: give --metrics URL... or --prometheus URL"
+            )
+        window = DEFAULT_SLO_WINDOW_S if args.slo_window is None else args.slo_window
+        if not window > 0:
+            raise InputError(
+                f"--slo-window must be above 0 seconds, got {window:g}", hint="e.g. 60s or 5m"
+            )
+        if window < args.interval:
+            raise InputError(
+                f"--slo-window ({window:g} s) is shorter than --interval ({args.interval:g} s): "
+                "a window needs the scrapes at both its ends",
+                hint="give a window of at least the interval, e.g. --slo-window 60s",
+            )
+        if not re.match(r"^https?://[^\s/]+", args.ui_url or ""):
+            raise InputError(
+                f"--ui-url must be the dashboard's http(s) address, got {args.ui_url!r}",
+                hint=f"e.g. {DEFAULT_UI_URL}",
+            )
+    if args.since is not None:
+        if not args.prometheus:
+            raise InputError("--since reads a Prometheus server's history: it needs --prometheus")
+        if not args.since > 0:
+            raise InputError(f"--since must be above 0 seconds, got {args.since:g}", hint="e.g. 2h")
+
+
+def _profile(store: Store, name: str) -> SloProfile:
+    """The stored SLO profile ``name``; an InputError listing the profiles when unknown."""
+    from services.commands import slo_profiles
+
+    profiles = slo_profiles.slo_profiles(store)
+    if name not in profiles:
+        raise InputError(
+            f"unknown SLO profile {name!r}",
+            hint=f"profiles: {', '.join(sorted(profiles)) or 'none stored'} (seeds/"
+            "slo_profiles.toml, or saved on Compare)",
+        )
+    return SloProfile.from_entry(profiles[name])
+
+
+def utc_range(start: float, end: float) -> str:
+    """``2026-12-02 01:05:00–01:06:00 UTC`` (fractions of a second shown when there are)."""
+    a = datetime.fromtimestamp(start, UTC)
+    b = datetime.fromtimestamp(end, UTC)
+    whole = start == int(start) and end == int(end)
+    fmt = "%H:%M:%S" if whole else "%H:%M:%S.%f"
+
+    def clock(d: datetime) -> str:
+        text = d.strftime(fmt)
+        return text if whole else text[:-3]
+
+    tail = clock(b) if a.date() == b.date() else f"{b:%Y-%m-%d} {clock(b)}"
+    return f"{a:%Y-%m-%d} {clock(a)}–{tail} UTC"
+
+
+def breach_line(breach: Breach, ui_url: str) -> str:
+    """``BREACH <UTC range> <target> <reason> <ui-url>/incident?target=…&from=…&to=…``"""
+    link = ui_url.rstrip("/") + incident_path(breach.target, breach.window_start, breach.window_end)
+    return (
+        f"BREACH {utc_range(breach.window_start, breach.window_end)} {breach.target} "
+        f"{breach.reason} {link}"
+    )
+
+
+def _backfill(sink: RowSink, args: argparse.Namespace, now: float) -> float:
+    """``--since``: fetch [now − since, now] from Prometheus into ``sink``; returns where the
+    live range queries go on (one step after the last one fetched)."""
+    step = max(args.interval, 1.0)
+    start = now - args.since
+    got = prometheus.import_window(
+        sink, args.prometheus, start=start, end=now, step=step, match=args.match, raw=args.raw
+    )
+    rows = sum(len(r) for r in got.rows.values())
+    print(
+        f"history from {args.prometheus}: {utc_range(start, now)} at {step:g} s steps, "
+        f"{len(got.targets)} engine target(s), {rows:,} rows",
+        file=sys.stderr,
+        flush=True,
+    )
+    return start + (math.floor((now - start) / step) + 1) * step
+
+
 def run(args: argparse.Namespace) -> int:
     from store.ingest import BufferedWriter
     from store.lifecycle import open_store
@@ -201,6 +345,7 @@ def run(args: argparse.Namespace) -> int:
             "nothing to watch",
             hint="give --metrics URL..., --dcgm URL..., --gpu or --prometheus URL",
         )
+    _check_slo_flags(args)
     compacting = args.retain_raw is not None or args.downsample is not None
     raw_for_s = 24 * 3600.0 if args.retain_raw is None else args.retain_raw
     bucket_s = 60.0 if args.downsample is None else args.downsample
@@ -209,20 +354,36 @@ def run(args: argparse.Namespace) -> int:
             f"--downsample must be a whole number of seconds ≥ 1, got {bucket_s:g} s",
             hint="e.g. 1m or 60s",
         )
-    spec = watch.SourceSpec(
-        metrics_urls=args.metrics,
-        dcgm_urls=args.dcgm,
-        gpu=bool(args.gpu),
-        prometheus_url=args.prometheus,
-        match=args.match,
-        raw=args.raw,
-    )
     store = open_store(args.db)
+    try:
+        profile = _profile(store, args.slo) if args.slo is not None else None
+    except Exception:
+        store.dispose()
+        raise
     out = sys.stderr
     printer = _StatusPrinter(out)
     print(f"servescope watch → {store.url}  (Ctrl-C stops)", file=out, flush=True)
     writer = BufferedWriter(store, background=True)
+    sink: RowSink = writer
     watcher: watch.Watcher | None = None
+    holder: list[watch.Watcher] = []
+    monitor: BreachMonitor | None = None
+    if profile is not None:
+        window_s = DEFAULT_SLO_WINDOW_S if args.slo_window is None else args.slo_window
+
+        def on_breach(breach: Breach) -> None:
+            print(breach_line(breach, args.ui_url), flush=True)
+            if args.fail_on_breach and holder:
+                holder[0].request_stop()
+
+        monitor = BreachMonitor(profile, window_s=window_s, on_breach=on_breach).start()
+        sink = MonitoredSink(writer, monitor)
+        print(
+            f"judging {window_s:g} s windows against the SLO profile {profile.name!r}"
+            + (" (stops at the first breach)" if args.fail_on_breach else ""),
+            file=out,
+            flush=True,
+        )
     compactor = None
     if compacting:
         compactor = Compactor(
@@ -232,15 +393,30 @@ def run(args: argparse.Namespace) -> int:
             on_note=lambda note: print(note, file=out, flush=True),
         ).start()
     try:
+        prometheus_start = None
+        if args.since is not None:
+            prometheus_start = _backfill(sink, args, time.time())
+        spec = watch.SourceSpec(
+            metrics_urls=args.metrics,
+            dcgm_urls=args.dcgm,
+            gpu=bool(args.gpu),
+            prometheus_url=args.prometheus,
+            match=args.match,
+            raw=args.raw,
+            prometheus_start=prometheus_start,
+        )
         watcher = watch.watch(
-            writer,
+            sink,
             spec,
             interval_s=args.interval,
             duration_s=args.duration,
             on_status=printer,
             on_notes=lambda note: print(note, file=out, flush=True),
+            on_watcher=holder.append,
         )
     finally:
+        if monitor is not None:
+            monitor.stop()
         if compactor is not None:
             compactor.stop()
         writer.close()
@@ -272,6 +448,22 @@ def run(args: argparse.Namespace) -> int:
             file=out,
             flush=True,
         )
+    if monitor is not None and profile is not None:
+        print(
+            f"SLO {profile.name!r}: {monitor.windows_judged} window(s) judged, "
+            f"{monitor.breaches} breach(es)"
+            + (f"; {monitor.errors} judgement(s) failed (see the log)" if monitor.errors else ""),
+            file=out,
+            flush=True,
+        )
+        if args.fail_on_breach and monitor.breaches:
+            print(
+                f"servescope watch: a window breached the SLO profile {profile.name!r} "
+                f"(exit {ExitCode.FAILED})",
+                file=out,
+                flush=True,
+            )
+            return ExitCode.FAILED
     states = watcher.states
     if states and errors and not any(s.scrapes for s in states):
         print(
