@@ -71,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
         ui,
         verify,
         watch,
+        workload,
     )
 
     parser = argparse.ArgumentParser(
@@ -87,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     imports.register(sub)
     export.register(sub)
     watch.register(sub)
+    workload.register(sub)
     compare.register(sub)
     verify.register(sub)
     quality.register(sub)

@@ -27,6 +27,7 @@ PAGES: tuple[PageSpec, ...] = (
     PageSpec("pages/home.py", "Home", ":material/home:", "home", default=True),
     PageSpec("pages/select.py", "Select", ":material/checklist:", "select"),
     PageSpec("pages/live.py", "Live", ":material/monitor_heart:", "live"),
+    PageSpec("pages/incident.py", "Incident", ":material/troubleshoot:", "incident"),
     PageSpec("pages/data.py", "Data", ":material/database:", "data"),
     PageSpec("pages/compare.py", "Compare", ":material/compare_arrows:", "compare"),
     PageSpec("pages/tune.py", "Tune", ":material/tune:", "tune"),
