@@ -12,7 +12,8 @@ The engine: Llama-3.1-8B on one H100 with 256 KV blocks of 16 tokens (4 096 toke
 workload (~128 tokens in, 128 out, ``ignore_eos``), about one sequence running, KV a few
 percent. Burst: 48 streams in a closed loop; 48 × ~256 tokens do not fit in 4 096, so the KV
 cache fills, requests wait (vLLM's queue) and are preempted, and TTFT grows from tens of ms to
-seconds. About 40 s of wall time in all.
+seconds. About 45–55 s of wall time in all on the 2-core development machine
+(``bench/oncall_replay.py`` prints it).
 """
 
 from __future__ import annotations

@@ -346,6 +346,8 @@ def watch_replay(
                 sources,
                 interval_s=interval_s,
                 clock=lambda: start + server.served * step_s,
+                # a page given up on would be lost from the series: wait for it on a busy machine
+                timeout_s=10.0,
             )
             thread = threading.Thread(target=lambda: asyncio.run(watcher.run()), daemon=True)
             thread.start()

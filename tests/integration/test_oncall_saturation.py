@@ -103,7 +103,7 @@ def test_engine_state_shows_the_kv_cache_full_and_a_queue(
     in_burst = (kv["ts"] > saturation.burst_start) & (kv["ts"] < saturation.burst_end)
     before = kv["ts"] < saturation.burst_start
     assert kv[in_burst]["value"].max() >= 0.95
-    assert kv[before]["value"].max() < 0.3
+    assert kv[before]["value"].max() < 0.5
     w_burst = waiting[
         (waiting["ts"] > saturation.burst_start) & (waiting["ts"] < saturation.burst_end)
     ]
@@ -183,7 +183,7 @@ def test_the_incident_view_names_pattern_1_with_its_numbers(
     assert float(ev["share of TTFT spent queueing"].rstrip("%")) >= 50
     assert kv_full.actions and "KV" in kv_full.actions[0]
     # before vs during: the same length before the burst was calm
-    assert before.kv_max is not None and before.kv_max < 0.3
+    assert before.kv_max is not None and before.kv_max < 0.5
     assert during.latency["ttft_seconds"].quantiles["p99"] > (
         10 * before.latency["ttft_seconds"].quantiles["p99"]
     )
