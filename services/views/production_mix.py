@@ -4,7 +4,8 @@
 stores (``prompt_length_tokens`` / ``output_length_tokens`` in ``engine_samples``), takes each
 bucket's increase over the last ``window_s`` (24 h by default) before the last engine sample,
 summed over the watched targets (``analysis.histogram_windows.bucket_increase``: resets
-handled), and returns production's two length distributions (``analysis.length_mix.LengthDist``).
+handled, on the rows ``store.histogram_spans`` thins in SQL to those that decide it), and
+returns production's two length distributions (``analysis.length_mix.LengthDist``).
 
 :func:`mix_flags` (one run each) and :func:`group_flags` (a label → the runs pooled behind it,
 e.g. a framework's evidence on the Select page) compare the lengths the runs' successful
@@ -31,7 +32,7 @@ from analysis import histogram_windows, length_mix
 from analysis.length_mix import MATERIAL_DISTANCE, LengthDist
 from errors import InputError
 from services.views import traffic
-from store import request_lengths, sample_series
+from store import histogram_spans, request_lengths, sample_series
 from store.db import Store
 
 #: The production window compared with (seconds): the last day of traffic.
@@ -185,13 +186,8 @@ def production_mix(
         targets = tuple(sorted(str(k) for k in reported.loc[reported["kind"] == "engine", "key"]))
     dists: dict[str, LengthDist | None] = {}
     for side, hist in HISTS.items():
-        frames = [
-            sample_series.engine_histogram_series(store, t, hist, since=start, until=end).assign(
-                target=t
-            )
-            for t in targets
-        ]
-        rows = pd.concat([f for f in frames if not f.empty] or frames[:1], ignore_index=True)
+        # thinned in SQL to the rows that decide the increase (a day at 1 Hz is millions)
+        rows = histogram_spans.histogram_span_rows(store, targets, hist, since=start, until=end)
         pairs = (
             histogram_windows.bucket_increase(rows, hist, start=start, end=end)
             if not rows.empty

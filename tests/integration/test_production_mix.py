@@ -9,15 +9,17 @@ import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
+from analysis.histogram_windows import bucket_increase
 from analysis.length_mix import MATERIAL_DISTANCE
 from collectors.engine_metrics import bucket_metric
 from errors import InputError
 from services.views import production_mix as pm
 from services.views.select import EvidenceSelection, select_basis
-from store import ingest, request_lengths
+from store import histogram_spans, ingest, request_lengths, sample_series
 from store.db import Store
 from store.lifecycle import open_store
 
@@ -276,3 +278,57 @@ def test_select_evidence_names_the_runs_behind_the_score(store: Store) -> None:
     assert mix is not None
     (flag,) = pm.group_flags(store, mix, [("vllm", ev.capacity_runs)])
     assert flag.run_ids == ev.capacity_runs
+
+
+def _random_watch(seed: int) -> pd.DataFrame:
+    """Two targets at 1 Hz for 20 min: counts that move on some scrapes only (bucket rows
+    written only then, ``_count`` every scrape), and restarts (counts back near 0)."""
+    rng = np.random.default_rng(seed)
+    rows: list[dict[str, object]] = []
+    hist = "prompt_length_tokens"
+    for target in ("http://a/metrics", "http://b/metrics"):
+        cum = np.zeros(len(PROMPT_EDGES))
+        for k in range(1200):
+            ts = T - 1200 + k
+            if rng.random() < 0.01:  # a restart
+                cum = np.zeros(len(PROMPT_EDGES))
+                moved = True
+            else:
+                new = rng.poisson(0.7, size=len(PROMPT_EDGES)) * (rng.random() < 0.6)
+                moved = bool(new.sum())
+                cum = cum + np.cumsum(new)
+            if moved or k == 0:
+                rows += [
+                    {"target": target, "ts": ts, "metric": bucket_metric(hist, le), "value": c}
+                    for le, c in zip(PROMPT_EDGES, cum, strict=True)
+                ]
+            rows.append(
+                {"target": target, "ts": ts, "metric": f"{hist}_count", "value": float(cum[-1])}
+            )
+    return pd.DataFrame(rows).assign(engine="vllm")
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_thinned_rows_give_the_increase_of_every_row(tmp_path: Path, seed: int) -> None:
+    s = open_store(f"duckdb:///{tmp_path / 'watch.duckdb'}")
+    try:
+        ingest.add_rows(s, "engine_samples", _random_watch(seed))
+        hist = "prompt_length_tokens"
+        targets = ["http://a/metrics", "http://b/metrics"]
+        for since, until in ((T - 1300, T), (T - 900, T - 300), (T - 601.5, T - 1), (T - 50, T)):
+            every = pd.concat(
+                [
+                    sample_series.engine_histogram_series(
+                        s, t, hist, since=since, until=until
+                    ).assign(target=t)
+                    for t in targets
+                ],
+                ignore_index=True,
+            )
+            thin = histogram_spans.histogram_span_rows(s, targets, hist, since=since, until=until)
+            assert len(thin) < len(every) / 5
+            expected = bucket_increase(every, hist, start=since, end=until)
+            assert expected and expected[-1][1] > 0
+            assert bucket_increase(thin, hist, start=since, end=until) == expected
+    finally:
+        s.dispose()
