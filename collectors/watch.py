@@ -47,6 +47,9 @@ log = logging.getLogger("servescope.watch")
 #: Raw-series modes: every series, the engine's (and DCGM's) own families, or none.
 RAW_MODES = ("engine", "all", "none")
 MIN_INTERVAL_S = 0.25
+#: The most Prometheus steps one poll asks for: a watcher that fell behind (a slow server, a
+#: long stall) catches up this many steps per tick instead of asking for everything at once.
+MAX_STEPS_PER_FETCH = 600
 
 
 # --- sources ----------------------------------------------------------------------------------
@@ -239,25 +242,32 @@ class PrometheusSource:
         self.next_start = start
         self.state = SourceState("prometheus", url.rstrip("/"))
 
-    def _fetch(self, now: float) -> dict[str, list[dict[str, Any]]]:
+    def _fetch(self, now: float) -> tuple[dict[str, list[dict[str, Any]]], float | None]:
+        """The rows of the steps from ``next_start`` to ``now`` (at most
+        ``MAX_STEPS_PER_FETCH`` of them) and where the next fetch starts (None: nothing due)."""
         start = self.next_start if self.next_start is not None else now - self.step_s
         if start > now:
-            return {}
-        series = self.prom.query_range(self.query, start=start, end=now, step=self.step_s)
+            return {}, None
+        end = min(now, start + (MAX_STEPS_PER_FETCH - 1) * self.step_s)
+        series = self.prom.query_range(self.query, start=start, end=end, step=self.step_s)
         result = prometheus.rows_from_series(series, raw=self.raw)
-        # the next query starts one step after the last step asked for
-        steps = math.floor((now - start) / self.step_s)
-        self.next_start = start + (steps + 1) * self.step_s
         self.state.hosts.update(result.hosts)
         if result.targets:
             engines = sorted({e for e in result.targets.values() if e})
             self.state.engine = ",".join(engines) or None
-        return result.rows
+        # the next query starts one step after the last step asked for
+        steps = math.floor((end - start) / self.step_s)
+        return result.rows, start + (steps + 1) * self.step_s
 
     async def collect(
         self, client: httpx.AsyncClient, ts: float
     ) -> dict[str, list[dict[str, Any]]]:
-        return await asyncio.to_thread(self._fetch, ts)
+        rows, next_start = await asyncio.to_thread(self._fetch, ts)
+        # advanced only once the rows are handed back: a fetch the watcher gave up on (timed
+        # out) is asked for again at the next tick, never skipped
+        if next_start is not None:
+            self.next_start = next_start
+        return rows
 
     def close(self) -> None:
         self.prom.close()

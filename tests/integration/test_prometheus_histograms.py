@@ -30,6 +30,7 @@ the window's length since every bucket grows in proportion:
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import os
@@ -41,11 +42,12 @@ import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs
 
 import pytest
 
-from collectors import engine_metrics, prometheus
+from collectors import engine_metrics, prometheus, watch
 from collectors.prometheus_text import parse
 from services.views.traffic import traffic
 from store.ingest import BufferedWriter
@@ -142,9 +144,14 @@ def history() -> History:
     return History(t0=math.floor(now / 60) * 60 - 600)
 
 
+#: seconds the server waits before answering each query, in order (then at once)
+DELAYS: list[float] = []
+
+
 @pytest.fixture
 def prom(history: History) -> Iterator[tuple[str, list[str]]]:
     queries: list[str] = []
+    DELAYS.clear()
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
@@ -155,6 +162,8 @@ def prom(history: History) -> Iterator[tuple[str, list[str]]]:
                 self.end_headers()
                 return
             queries.append(form["query"])
+            if DELAYS:
+                time.sleep(DELAYS.pop(0))
             result = history.matrix(
                 form["query"], float(form["start"]), float(form["end"]), float(form["step"])
             )
@@ -285,3 +294,32 @@ def test_watch_since_judges_the_history(
     assert all(w0 >= incident for w0 in breached), sorted(breached)
     judged = re.search(r"SLO 'interactive-chat': (\d+) window\(s\) judged", proc.stderr)
     assert judged is not None and int(judged.group(1)) >= 10, proc.stderr
+
+
+class ListSink:
+    def __init__(self) -> None:
+        self.rows: dict[str, list[dict[str, Any]]] = {}
+
+    def add(self, table: str, rows: Any) -> None:
+        self.rows.setdefault(table, []).extend(dict(r) for r in rows)
+
+
+def test_a_poll_the_watcher_gave_up_on_is_asked_again_not_skipped(
+    prom: tuple[str, list[str]],
+) -> None:
+    url, queries = prom
+    DELAYS.extend([3.0])  # the first answer outlasts the watcher's 2 s timeout (1 s interval)
+    sink = ListSink()
+    start = math.floor(time.time()) - 5.0
+    src = watch.PrometheusSource(url, match='job="vllm"', step_s=1.0, start=start)
+    watcher = watch.Watcher(sink, [src], interval_s=1.0)
+    asyncio.run(watcher.run(duration_s=7.0))
+    src.close()
+    assert src.state.errors >= 1 and src.state.last_error is None, src.state
+    assert len(queries) >= 3
+    steps = sorted({r["ts"] for r in sink.rows["engine_samples"] if r["target"] == INSTANCE})
+    # every step from the first asked for, none lost to the timed-out poll, none twice
+    assert steps[0] == start and len(steps) >= 8
+    assert steps == [start + k for k in range(len(steps))]
+    counts = [r for r in sink.rows["engine_samples"] if r["metric"] == "ttft_seconds_count"]
+    assert len(counts) == len(steps)
