@@ -787,7 +787,7 @@ def _change(a: float | None, b: float | None, *, points: bool = False) -> str:
         return f"{(b - a) * 100:+.0f} pts"
     if a == 0:
         return "new" if b > 0 else "="
-    return f"×{b / a:.2f}"
+    return f"×{b / a:.3g}"
 
 
 def _share(x: float | None) -> str:
@@ -810,7 +810,11 @@ def comparison(before: SpanSummary, during: SpanSummary) -> pd.DataFrame:
         for q in ("p50", "p90", "p99"):
             va = a.get(q) if a is not None else None
             vb = b.get(q) if b is not None else None
-            note = b.precision.get(q, "") if b is not None else "no requests during"
+            note = "; ".join(
+                f"{name}: {span.precision.get(q) or 'no requests'}"
+                for name, span in (("during", b), ("before", a))
+                if span is not None
+            )
             rows.append(
                 ("latency", f"{label} {q.upper()}", fmt_seconds(va), fmt_seconds(vb),
                  _change(va, vb), note)

@@ -161,6 +161,20 @@ def _summed(state: pd.DataFrame, metric: str, how: str = "sum") -> pd.DataFrame:
     return pd.DataFrame({"ts": wide.index.to_numpy(dtype="float64"), "value": value.to_numpy()})
 
 
+def preemption_rate(view: IncidentView) -> pd.DataFrame:
+    """Preemptions per second, averaged over each sub-window of the charts and summed over the
+    targets (resets handled): columns window_end, rate."""
+    rates = engine_series.rate_series(view.state, "preemptions_total")
+    if rates.empty:
+        return pd.DataFrame({"window_end": [], "rate": []})
+    origin = view.request.before[0]
+    index = ((rates["ts"] - origin) / view.window_s).apply(math.ceil).clip(lower=1)
+    per_target = rates.assign(w=index).groupby(["w", "target"], sort=True)["rate"].mean()
+    summed = per_target.groupby(level="w").sum()
+    ends = origin + summed.index.to_numpy(dtype="float64") * view.window_s
+    return pd.DataFrame({"window_end": ends, "rate": summed.to_numpy()})
+
+
 def state_chart(view: IncidentView) -> go.Figure:
     """Engine state and the GPUs on one time axis: running and waiting requests (summed over
     targets), KV-cache usage (the fullest target), preemptions per second, GPU memory used and
@@ -173,7 +187,7 @@ def state_chart(view: IncidentView) -> go.Figure:
         subplot_titles=(
             "Requests running / waiting",
             "KV-cache usage (%)",
-            "Preemptions per second",
+            "Preemptions per second (mean per window)",
             "GPU memory used / utilisation (%)",
         ),
     )
@@ -197,12 +211,12 @@ def state_chart(view: IncidentView) -> go.Figure:
                            mode="lines", line={"color": "#9467bd", "width": 1.5}),
                 row=2, col=1,
             )  # fmt: skip
-        rates = engine_series.rate_series(state, "preemptions_total")
-        if not rates.empty:
-            per_ts = rates.groupby("ts", sort=True)["rate"].sum().reset_index()
+        per_window = preemption_rate(view)
+        if not per_window.empty:
             fig.add_trace(
-                go.Scatter(x=_times(per_ts["ts"]), y=per_ts["rate"], name="preemptions/s",
-                           mode="lines", line={"color": "#ff7f0e", "width": 1.5}),
+                go.Scatter(x=_times(per_window["window_end"]), y=per_window["rate"],
+                           name="preemptions/s", mode="lines+markers", marker={"size": 4},
+                           line={"color": "#ff7f0e", "width": 1.5}),
                 row=3, col=1,
             )  # fmt: skip
     gpus = view.gpus

@@ -97,7 +97,9 @@ def test_before_vs_during_figures(saturated: Store) -> None:
     assert view.length_distance == pytest.approx(0.0)
     table = view.comparison.set_index("measure")
     assert table.loc["TTFT P99", "during"] == "9.70 s"
-    assert table.loc["TTFT P99", "note"] == "P99 inside the 2.5–10 s bucket"
+    assert table.loc["TTFT P99", "note"] == (
+        "during: P99 inside the 2.5–10 s bucket; before: P99 inside the 0–0.1 s bucket"
+    )
     assert table.loc["request rate", "during"] == "4.00 req/s"
     # charts: 30 sub-windows of 30 s per span, on one grid
     assert view.window_s == 30.0

@@ -76,7 +76,9 @@ def test_a_saturation_window_names_pattern_1_with_its_numbers(db_url: str) -> No
     assert rows["waiting requests, mean before → during"] == "0.0 → 22.5"
     table = at.dataframe[-1].value.set_index("measure")
     assert table.loc["TTFT P99", "during"] == "9.70 s"
-    assert table.loc["TTFT P99", "note"] == "P99 inside the 2.5–10 s bucket"
+    assert table.loc["TTFT P99", "note"] == (
+        "during: P99 inside the 2.5–10 s bucket; before: P99 inside the 0–0.1 s bucket"
+    )
     assert len(at.get("plotly_chart")) == 4
     # the form holds the URL's window
     assert at.text_input(key="incident_from").value == "2030-03-17T18:01:40Z"
@@ -130,3 +132,8 @@ def test_figures_shade_the_window_and_compare_the_spans(db_url: str) -> None:
     names = {t.name for t in state.data}
     assert {"running", "waiting", "KV usage", "preemptions/s"} <= names
     assert any(n.endswith("memory") for n in names)
+    # one preemption every 10 s during: 0.1/s in each 30 s window, 0 before
+    rate = incident_charts.preemption_rate(view)
+    assert len(rate) == 60
+    assert rate["rate"].iloc[:30].max() == 0.0
+    assert rate["rate"].iloc[31:].to_numpy() == pytest.approx(0.1)

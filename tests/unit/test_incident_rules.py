@@ -374,9 +374,14 @@ def test_comparison_rows_name_before_during_and_change() -> None:
     table = inc.comparison(before, during).set_index("measure")
     assert table.loc["TTFT P99", "before"] == "300 ms"
     assert table.loc["TTFT P99", "during"] == "3.00 s"
-    assert table.loc["TTFT P99", "change"] == "×10.00"
-    assert table.loc["TTFT P99", "note"] == "P99 inside …"
+    assert table.loc["TTFT P99", "change"] == "×10"
+    assert table.loc["TTFT P99", "note"] == "during: P99 inside …; before: P99 inside …"
     assert table.loc["error rate", "change"] == "+10 pts"
     assert table.loc["error rate", "note"] == "4 failed of 40 during"
-    assert table.loc["request rate", "change"] == "×2.00"
+    assert table.loc["request rate", "change"] == "×2"
+    # a histogram with no requests before: said, not left blank
+    only_during = inc.comparison(_span(), during).set_index("measure")
+    assert only_during.loc["TTFT P50", "before"] == "—"
+    assert only_during.loc["TTFT P50", "change"] == "—"
+    assert only_during.loc["TTFT P50", "note"] == "during: P50 inside the 0.1–0.25 s bucket"
     assert table.loc["generated tokens/s", "during"] == "—"
