@@ -26,6 +26,7 @@ histogram (llama.cpp, Triton) is not judged.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import math
 import queue
@@ -124,8 +125,9 @@ class BreachMonitor:
             if raw:
                 self._queue.put(("raw", raw))
 
-    def stop(self, timeout_s: float = 30.0) -> None:
-        """Judge every window the rows received so far closed, then end the thread."""
+    def stop(self, timeout_s: float | None = None) -> None:
+        """Judge every window the rows received so far closed (waiting for it, by default:
+        a long ``--since`` history may take a while), then end the thread."""
         if self._thread.is_alive():
             self._queue.put(_STOP)
             self._thread.join(timeout_s)
@@ -186,23 +188,19 @@ class BreachMonitor:
             self._judge(target, state, w0, w1)
             state.next_w0 = w1
             # keep the baseline of the next window: its last scrape at or before w1
-            keep_from = 0
-            for i, (ts, _) in enumerate(state.snapshots):
-                if ts <= w1:
-                    keep_from = i
-            del state.snapshots[:keep_from]
-            if state.raw:
-                base = max(
-                    (float(r["ts"]) for r in state.raw if float(r["ts"]) <= w1), default=None
-                )
-                if base is not None:
-                    state.raw = [r for r in state.raw if float(r["ts"]) >= base]
+            at_or_before = bisect.bisect_right(state.snapshots, w1, key=lambda snap: snap[0])
+            del state.snapshots[: max(at_or_before - 1, 0)]
+            end = _upto(state.raw, w1)
+            if end:  # from the counters' last scrape at or before w1
+                base = float(state.raw[end - 1]["ts"])
+                del state.raw[: bisect.bisect_left(state.raw, base, key=_raw_ts)]
 
     def _judge(self, target: str, state: _Target, w0: float, w1: float) -> None:
         records = [
             {"target": target, "ts": ts, "metric": m, "value": v}
-            for ts, values in state.snapshots
-            if ts <= w1
+            for ts, values in state.snapshots[
+                : bisect.bisect_right(state.snapshots, w1, key=lambda snap: snap[0])
+            ]
             for m, v in values.items()
         ]
         if not records:
@@ -222,9 +220,10 @@ class BreachMonitor:
             for hist in self.hists
         }
         requests = None
-        if state.raw and state.engine in histogram_windows.FAILURE_SERIES:
+        raw = state.raw[: _upto(state.raw, w1)]
+        if raw and state.engine in histogram_windows.FAILURE_SERIES:
             requests = histogram_windows.request_rate_windows(
-                pd.DataFrame.from_records(state.raw),
+                pd.DataFrame.from_records(raw),
                 str(state.engine),
                 window_s=self.window_s,
                 start=w0,
@@ -247,6 +246,15 @@ class BreachMonitor:
                         row={str(k): v for k, v in rec.items()},
                     )
                 )
+
+
+def _raw_ts(row: Mapping[str, Any]) -> float:
+    return float(row["ts"])
+
+
+def _upto(raw: list[dict[str, Any]], ts: float) -> int:
+    """How many of ``raw`` (in time order) are at or before ``ts``."""
+    return bisect.bisect_right(raw, ts, key=_raw_ts)
 
 
 def _hists_for(profile: SloProfile) -> tuple[str, ...]:
