@@ -21,6 +21,7 @@ flags once per set of runs.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -223,8 +224,10 @@ def side_check(
     production = mix.side(side)
     if production is None or int(counts.sum()) <= 0:
         return None
+    if not math.isinf(production.edges[-1]):  # an exporter without +Inf: close it, empty
+        production = LengthDist((*production.edges, math.inf), (*production.counts, 0.0))
     values = np.repeat(tokens.astype("float64"), counts.astype("int64"))
-    run = length_mix.from_lengths(values, production.edges)
+    run = length_mix.from_lengths(values, production.edges)  # the same edges, +Inf last
     return SideCheck(side, production, run, float(length_mix.distance(run, production)))
 
 

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from analysis.histogram_windows import bucket_increase
-from analysis.length_mix import MATERIAL_DISTANCE
+from analysis.length_mix import MATERIAL_DISTANCE, LengthDist
 from collectors.engine_metrics import bucket_metric
 from errors import InputError
 from services.views import production_mix as pm
@@ -332,3 +332,21 @@ def test_thinned_rows_give_the_increase_of_every_row(tmp_path: Path, seed: int) 
             assert bucket_increase(thin, hist, start=since, end=until) == expected
     finally:
         s.dispose()
+
+
+def test_production_without_an_inf_bucket_is_closed_empty() -> None:
+    mix = pm.ProductionMix(
+        targets=("t",),
+        start=0.0,
+        end=1.0,
+        window_s=1.0,
+        prompt=LengthDist((128.0, 512.0), (50.0, 50.0)),
+        output=None,
+    )
+    check = pm.side_check(mix, "prompt", np.array([100.0, 1000.0]), np.array([50, 50]))
+    assert check is not None
+    assert check.production.edges == check.run.edges == (128.0, 512.0, math.inf)
+    assert check.run.counts == (50.0, 0.0, 50.0)
+    # CDF at 128: 0.5 vs 0.5; at 512: 1.0 vs 0.5
+    assert check.distance == pytest.approx(0.5) and check.flagged
+    assert pm.side_check(mix, "output", np.array([1.0]), np.array([1])) is None
