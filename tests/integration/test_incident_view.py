@@ -11,7 +11,16 @@ from pathlib import Path
 
 import pytest
 from incident_store import GIB, OTHER, SPAN, T0, TARGET, Engine, episode, write
+from replay_captures import (
+    SGLANG_CAPTURE,
+    VLLM_CAPTURE,
+    WatchedReplay,
+    build_replay,
+    watch_replay,
+)
 
+from analysis.engine_series import histogram_quantile
+from analysis.incident import length_spread
 from errors import InputError
 from services.views.incident import (
     IncidentRequest,
@@ -180,3 +189,62 @@ def test_sub_windows_tile_the_span() -> None:
     assert sub_window_s(900) == 30.0
     assert sub_window_s(60) == 10.0
     assert sub_window_s(5) == 5.0
+
+
+# --- the real vLLM and SGLang captures, replayed as a time series and watched -----------------
+
+
+@pytest.fixture(scope="module")
+def vllm_replay(tmp_path_factory: pytest.TempPathFactory) -> WatchedReplay:
+    return watch_replay(build_replay(VLLM_CAPTURE), tmp_path_factory.mktemp("i") / "v.duckdb")
+
+
+def test_the_vllm_capture_surge_is_pattern_2_from_length_mixing(vllm_replay: WatchedReplay) -> None:
+    """Scrapes 17–24 of the replayed vLLM capture add long prompts (3 000 tokens) and slow
+    TTFTs (3 s, 12 s) to the calm mix: the incident view of the surge names pattern 2, and its
+    figures are what the engine served in each span."""
+    w = vllm_replay
+    request = IncidentRequest(w.target, w.ts(16), w.ts(24))  # scrapes 17..24: the surge
+    store = open_store(w.url)
+    try:
+        view = incident_view(store, request)
+    finally:
+        store.dispose()
+    assert (view.before.start, view.before.end) == (w.ts(8), w.ts(16))
+    plans = w.replay.hists
+    served = plans["prompt_length_tokens"].served(16, 24)
+    assert [le for le, _ in view.during.prompt_buckets] == [le for le, _ in served]
+    assert [c for _, c in view.during.prompt_buckets] == pytest.approx([c for _, c in served])
+    ttft = plans["ttft_seconds"].served(16, 24)
+    during = view.during.latency["ttft_seconds"]
+    assert during.get("p50") == pytest.approx(histogram_quantile(0.5, ttft))
+    assert during.get("p99") == pytest.approx(histogram_quantile(0.99, ttft))
+    assert view.before.latency["ttft_seconds"].get("p99") == pytest.approx(
+        histogram_quantile(0.99, plans["ttft_seconds"].served(8, 16))
+    )
+    two = next(f for f in view.findings if f.rule == 2)
+    assert "length mixing" in two.title
+    spread = length_spread(served)
+    assert spread is not None and spread.ratio >= 4
+    assert two.evidence["prompt-length spread (max of P90/P10, P99/P50)"].startswith(
+        f"{spread.ratio:.1f}×"
+    )
+    assert two.evidence["TTFT P99 precision"].startswith("P99 inside the 10–20 s bucket")
+    # the surge's aborted requests are its error rate, from vLLM's finished_reason counter
+    assert view.during.error_rate is not None and view.during.error_rate > 0
+    assert view.before.error_rate == 0
+
+
+def test_the_sglang_capture_says_its_percentiles_are_in_the_inf_bucket(
+    tmp_path: Path,
+) -> None:
+    w = watch_replay(build_replay(SGLANG_CAPTURE), tmp_path / "s.duckdb")
+    store = open_store(w.url)
+    try:
+        view = incident_view(store, IncidentRequest(w.target, w.ts(20), w.ts(30)))
+    finally:
+        store.dispose()
+    assert view.engine == "sglang"
+    table = view.comparison.set_index("measure")
+    assert "(the +Inf bucket)" in table.loc["TTFT P50", "note"]
+    assert table.loc["TTFT P50", "during"] == "30.0 s"  # the highest finite bound, as stated
