@@ -246,5 +246,5 @@ def test_the_sglang_capture_says_its_percentiles_are_in_the_inf_bucket(
         store.dispose()
     assert view.engine == "sglang"
     table = view.comparison.set_index("measure")
-    assert "(the +Inf bucket)" in table.loc["TTFT P50", "note"]
+    assert "(the +Inf bucket)" in str(table.loc["TTFT P50", "note"])
     assert table.loc["TTFT P50", "during"] == "30.0 s"  # the highest finite bound, as stated
