@@ -98,6 +98,8 @@ class BreachMonitor:
         self._prefixes = tuple(h + "_" for h in self.hists)
         self._raw_names = frozenset(histogram_windows.finished_series_names())
         self.windows_judged = 0
+        #: the targets at least one window of which was judged
+        self.judged_targets: set[str] = set()
         self.breaches = 0
         self.errors = 0
         self._targets: dict[str, _Target] = {}
@@ -231,6 +233,8 @@ class BreachMonitor:
             )
         verdict = slo_windows.window_breaches(windows, self.profile, requests)
         self.windows_judged += len(verdict)
+        if len(verdict):
+            self.judged_targets.add(target)
         if self.on_window is not None:
             self.on_window(target, verdict)
         for rec in verdict.to_dict("records"):

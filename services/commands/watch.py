@@ -384,6 +384,13 @@ def run(args: argparse.Namespace) -> int:
             file=out,
             flush=True,
         )
+
+    def on_watcher(w: watch.Watcher) -> None:
+        holder.append(w)
+        # a --since history that already breached: stop before watching live
+        if args.fail_on_breach and monitor is not None and monitor.breaches:
+            w.request_stop()
+
     compactor = None
     if compacting:
         compactor = Compactor(
@@ -412,7 +419,7 @@ def run(args: argparse.Namespace) -> int:
             duration_s=args.duration,
             on_status=printer,
             on_notes=lambda note: print(note, file=out, flush=True),
-            on_watcher=holder.append,
+            on_watcher=on_watcher,
         )
     finally:
         if monitor is not None:
@@ -450,12 +457,24 @@ def run(args: argparse.Namespace) -> int:
         )
     if monitor is not None and profile is not None:
         print(
-            f"SLO {profile.name!r}: {monitor.windows_judged} window(s) judged, "
-            f"{monitor.breaches} breach(es)"
+            f"SLO {profile.name!r}: {monitor.windows_judged} window(s) of "
+            f"{len(monitor.judged_targets)} target(s) judged, {monitor.breaches} breach(es)"
             + (f"; {monitor.errors} judgement(s) failed (see the log)" if monitor.errors else ""),
             file=out,
             flush=True,
         )
+        unjudged = [
+            s.key
+            for s in watcher.states
+            if s.kind == "metrics" and s.engine and s.key not in monitor.judged_targets
+        ]
+        if unjudged:
+            print(
+                f"not judged (no window closed with a TTFT or E2E histogram): "
+                f"{', '.join(unjudged)}",
+                file=out,
+                flush=True,
+            )
         if args.fail_on_breach and monitor.breaches:
             print(
                 f"servescope watch: a window breached the SLO profile {profile.name!r} "

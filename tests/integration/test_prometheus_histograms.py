@@ -49,6 +49,7 @@ import pytest
 
 from collectors import engine_metrics, prometheus, watch
 from collectors.prometheus_text import parse
+from errors import ExitCode
 from services.views.traffic import traffic
 from store.ingest import BufferedWriter
 from store.lifecycle import open_store
@@ -292,8 +293,23 @@ def test_watch_since_judges_the_history(
         assert "P99 TTFT 4.5 s > 500 ms (P99 inside the 2.5–5 s bucket)" in breached[w0]
         assert "error rate 10.0% > 1.0% (60 failed)" in breached[w0]
     assert all(w0 >= incident for w0 in breached), sorted(breached)
-    judged = re.search(r"SLO 'interactive-chat': (\d+) window\(s\) judged", proc.stderr)
+    judged = re.search(
+        r"SLO 'interactive-chat': (\d+) window\(s\) of 1 target\(s\) judged", proc.stderr
+    )
     assert judged is not None and int(judged.group(1)) >= 10, proc.stderr
+    # as a canary over the history: stops at the first breach instead of watching 60 s live
+    started = time.monotonic()
+    canary = subprocess.run(
+        [*proc.args, "--fail-on-breach", "--duration", "60s"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env=env,
+    )
+    assert canary.returncode == ExitCode.FAILED, canary.stderr
+    assert time.monotonic() - started < 30
+    assert canary.stdout.startswith("BREACH ")
 
 
 class ListSink:

@@ -151,7 +151,9 @@ def test_no_breach_runs_to_the_end_and_exits_zero(sim: SimHandle, db: str, tmp_p
     assert rc == 0, err
     assert "BREACH" not in out
     assert took >= 5
-    judged = re.search(r"SLO 'lenient': (\d+) window\(s\) judged, 0 breach\(es\)", err)
+    judged = re.search(
+        r"SLO 'lenient': (\d+) window\(s\) of 1 target\(s\) judged, 0 breach\(es\)", err
+    )
     assert judged is not None, err
     # 5 s of 1 s windows: the first (partial) to the last closed one
     assert 3 <= int(judged.group(1)) <= 5
