@@ -1,7 +1,8 @@
-"""services.views.production_mix on a real DuckDB store: production's length mix from the
-watched engines' length histograms (``engine_samples``, summed over targets, the window's
-baseline subtracted, a restart handled), the runs' lengths from their request rows binned on
-production's edges, and the KS distances and flags checked against hand-computed values."""
+"""services.views.production_mix on a real store (DuckDB, and PostgreSQL where one runs):
+production's length mix from the watched engines' length histograms (``engine_samples``, summed
+over targets, the window's baseline subtracted, a restart handled), the runs' lengths from their
+request rows binned on production's edges, the KS distances and flags checked against
+hand-computed values, and the thinned span read held equal to the read of every row."""
 
 from __future__ import annotations
 
@@ -139,8 +140,9 @@ SAME_OUTPUTS = [(50, 20), (200, 70), (500, 10)]
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = open_store(f"duckdb:///{tmp_path / 'store.duckdb'}")
+def store(store_url: str) -> Iterator[Store]:
+    """Production over two targets and four runs, on DuckDB and on PostgreSQL."""
+    s = open_store(store_url)
     ingest.add_rows(s, "engine_samples", _engine_rows())
     # the same shares as production, and failed requests of 9 000 tokens that must not count
     _run(s, "same", SAME_PROMPTS, SAME_OUTPUTS, failed=30)
@@ -309,8 +311,8 @@ def _random_watch(seed: int) -> pd.DataFrame:
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_thinned_rows_give_the_increase_of_every_row(tmp_path: Path, seed: int) -> None:
-    s = open_store(f"duckdb:///{tmp_path / 'watch.duckdb'}")
+def test_thinned_rows_give_the_increase_of_every_row(store_url: str, seed: int) -> None:
+    s = open_store(store_url)
     try:
         ingest.add_rows(s, "engine_samples", _random_watch(seed))
         hist = "prompt_length_tokens"
