@@ -306,7 +306,8 @@ class Store:
             result = conn.execute(stmt, dict(params or {}))
             columns = list(result.keys())
             rows = result.fetchall()
-        return pd.DataFrame.from_records(rows, columns=columns)
+        # plain tuples: pandas builds a frame from SQLAlchemy Row objects about 2× slower
+        return pd.DataFrame.from_records([tuple(r) for r in rows], columns=columns)
 
     def dispose(self) -> None:
         """Close pooled connections (the engine stays usable and opens new ones on demand)."""
