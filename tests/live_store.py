@@ -60,8 +60,9 @@ def _labels(**kv: str) -> str:
     return json.dumps(kv, sort_keys=True, separators=(",", ":"))
 
 
-def seed(url: str, now: float, *, target: str = TARGET) -> None:
-    """Write the five minutes ending at ``now`` into the store at ``url``."""
+def seed(url: str, now: float, *, target: str = TARGET, span_s: int = SPAN_S) -> None:
+    """Write the five minutes (``span_s`` seconds: the same minute pattern, longer) ending at
+    ``now`` into the store at ``url``."""
     rows: list[dict[str, object]] = []
     raw: list[dict[str, object]] = []
     gpus: list[dict[str, object]] = []
@@ -72,8 +73,8 @@ def seed(url: str, now: float, *, target: str = TARGET) -> None:
     output = {le: 0.0 for le in OUTPUT_EDGES}
     sums = {"ttft": 0.0, "e2e": 0.0, "queue": 0.0, "prompt": 0.0, "output": 0.0}
     ok = aborted = preemptions = 0.0
-    for i in range(SPAN_S + 1):
-        ts = now - SPAN_S + i
+    for i in range(span_s + 1):
+        ts = now - span_s + i
         age = now - ts
         burst = BURST[1] <= age < BURST[0]
         errors = ERRORS[1] <= age < ERRORS[0]

@@ -217,8 +217,9 @@ def _latency_traces(
                 x=x,
                 y=w[col].astype("float64"),
                 mode="lines+markers",
-                name=f"{spec.title} {_pct_label(col)}",
+                name=_pct_label(col),  # the row's title says which latency
                 legendgroup=_pct_label(col),
+                showlegend=row == 1,
                 line={"width": 2.2 if judged else 1.2, "color": _PCT_COLOURS[i % 4]},
                 marker={"size": 4 if judged else 3},
                 customdata=phrase,
@@ -246,7 +247,8 @@ def _latency_traces(
 def _breach_markers(
     fig: go.Figure, row: int, spec: LatencyRow, flags: pd.Series | None, slo_column: str | None
 ) -> None:
-    """Red crosses on the judged percentile of the windows whose ``flags`` are True."""
+    """Red crosses (trace ``breach``) on the judged percentile of the windows whose ``flags``
+    are True."""
     w = spec.windows
     if flags is None or w.empty or slo_column is None or slo_column not in w.columns:
         return
@@ -258,7 +260,9 @@ def _breach_markers(
             x=_times(window_mid(hit)),
             y=hit[slo_column].astype("float64"),
             mode="markers",
-            name=f"{spec.title} breach",
+            name="breach",
+            legendgroup="breach",
+            showlegend=not any(t.name == "breach" for t in fig.data),
             marker={"symbol": "x", "size": 10, "color": BREACH_COLOUR},
             hovertemplate="breach: %{y:.3f} s<extra>%{fullData.name}</extra>",
         ),
@@ -374,6 +378,9 @@ def timeline_figure(
             col=1,
         )
     fig.update_yaxes(range=[0, 100], row=n_lat + 3, col=1, secondary_y=False)
+    for row in (r_req, n_lat + 3):  # rates and counts start at 0 on both sides
+        fig.update_yaxes(rangemode="tozero", row=row, col=1, secondary_y=True)
+    fig.update_yaxes(rangemode="tozero", row=r_req, col=1, secondary_y=False)
     pre = preemptions if preemptions is not None else pd.DataFrame(columns=["target"])
     for name, df in pre.sort_values("ts").groupby("target", sort=True) if not pre.empty else []:
         label = shown.get(str(name), str(name))

@@ -22,7 +22,7 @@ is accepted, never an exception):
   ``interactive-chat``, else the catalog's first);
 - ``?target=<url>``: one watched target (default: every engine target, summed);
 - ``?window=<seconds>``: the window of the percentiles, 5..3600 (default 30);
-- ``?span=<minutes>``: how much history is shown, 1..360 (default 15);
+- ``?span=<minutes>``: how much history is shown, 1..180 (default 15), at most 180 windows;
 - ``?refresh=<seconds>``: how often the panels refresh, clamped to 1..60 (default 2).
 """
 
@@ -52,10 +52,14 @@ WINDOW_CHOICES: Final = (10, 30, 60, 300)
 #: Default history shown (minutes) and its bounds.
 SPAN_MIN: Final = 15
 SPAN_MIN_MIN: Final = 1
-SPAN_MAX_MIN: Final = 360
+SPAN_MAX_MIN: Final = 180
 SPAN_CHOICES: Final = (5, 15, 60, 180)
-#: At most this many windows per span (bounds the work of one refresh).
-MAX_WINDOWS: Final = 720
+#: At most this many windows per span: the windowed part is computed again whenever a window
+#: completes, and must take less than a window (bench/live_refresh.py: 4 targets at 1 Hz).
+MAX_WINDOWS: Final = 180
+#: A window is judged once this long has passed since it closed (the watcher flushes every 2 s:
+#: its last scrapes are stored by then), so a judged window never changes and can be cached.
+SETTLE_S: Final = 5.0
 #: Default refresh period of the live panels (seconds) and its bounds (out of range: clamped).
 REFRESH_S: Final = 2.0
 REFRESH_MIN_S: Final = 1.0
@@ -190,11 +194,37 @@ class LiveSelection:
 
 
 @dataclass(frozen=True)
+class WindowsRequest:
+    """Everything the windowed part of the page depends on: complete windows of ``window_s``
+    from ``start`` to ``end`` (on the epoch grid) of ``target`` (None: every target), judged
+    against ``profile``. Frozen and hashable: the UI caches ``judged_windows`` by it, and as the
+    windows are complete and settled (``SETTLE_S``) the result never changes."""
+
+    target: str | None
+    start: float
+    end: float
+    window_s: float
+    profile: slo.SloProfile | None
+
+
+@dataclass(frozen=True)
+class JudgedWindows:
+    """The windowed part of the page (``judged_windows``)."""
+
+    #: hist -> windows (``summed_histogram_windows`` columns; seconds) for LATENCY_SHOWN
+    latency: Mapping[str, pd.DataFrame]
+    requests: pd.DataFrame  # request_rate_windows
+    #: ``window_breaches`` rows plus ``link`` (the window's incident view); empty without profile
+    judged: pd.DataFrame
+    lengths: Mapping[str, length_mix.LengthDist]
+
+
+@dataclass(frozen=True)
 class LiveView:
     """Everything the Live page's panels show at ``now``."""
 
     now: float
-    start: float  # the span shown: [start, end]; windows from start (``window_grid_start``)
+    start: float  # the span shown: [start, end]; windows from start (``window_grid``)
     end: float
     span_s: float
     window_s: float  # the percentiles' window
@@ -220,6 +250,18 @@ class LiveView:
     lengths: Mapping[str, length_mix.LengthDist] = field(default_factory=dict)
     stale_targets: frozenset[str] = field(default_factory=frozenset)
     stale_hosts: frozenset[str] = field(default_factory=frozenset)
+    #: what the windowed part is built from (None: no engine target in the span)
+    windows_request: WindowsRequest | None = None
+
+    def with_windows(self, windows: JudgedWindows) -> LiveView:
+        """This view with its windowed part."""
+        return replace(
+            self,
+            latency=windows.latency,
+            requests=windows.requests,
+            judged=windows.judged,
+            lengths=windows.lengths,
+        )
 
     @property
     def empty(self) -> bool:
@@ -310,9 +352,19 @@ def _known_targets(store: Store) -> pd.DataFrame:
     return known
 
 
-def live_view(store: Store, selection: LiveSelection, *, now: float | None = None) -> LiveView:
+def live_view(
+    store: Store,
+    selection: LiveSelection,
+    *,
+    now: float | None = None,
+    with_windows: bool = True,
+) -> LiveView:
     """The last ``selection.span_s`` of samples up to ``now`` (default: the clock) or, when
     nothing is that recent, the last recorded span; judged against the selected profile.
+
+    ``with_windows=False`` leaves the windowed part (``judged_windows`` of
+    ``view.windows_request``) for the caller to add with ``view.with_windows`` (the page caches
+    it: it changes only when a window completes).
 
     Raises InputError for a ``?slo=`` the catalog lacks or a ``?target=`` the store never saw
     (each naming what is accepted)."""
@@ -337,7 +389,9 @@ def live_view(store: Store, selection: LiveSelection, *, now: float | None = Non
     )
     current = newest is not None and newest >= now - span_s
     end = now if current or newest is None else newest
-    start = window_grid_start(end, span_s, float(selection.window_s))
+    start, windows_end = window_grid(
+        end - (SETTLE_S if current else 0.0), span_s, float(selection.window_s)
+    )
     targets_arg = [target] if target is not None else None
     engine = (
         sample_series.engine_series(
@@ -373,36 +427,53 @@ def live_view(store: Store, selection: LiveSelection, *, now: float | None = Non
     )
     if summary.empty:
         return view
+    request = WindowsRequest(
+        target=target,
+        start=start,
+        end=windows_end,
+        window_s=float(selection.window_s),
+        profile=profile,
+    )
+    view = replace(view, windows_request=request)
+    return view.with_windows(judged_windows(store, request)) if with_windows else view
+
+
+def judged_windows(store: Store, request: WindowsRequest) -> JudgedWindows:
+    """The windows of ``request``: percentiles of LATENCY_SHOWN, request and error rate
+    (``services.views.traffic.traffic``), each judged against the profile with its incident
+    link, and the span's length mix."""
     traffic = traffic_view.traffic(
         store,
-        targets=targets_arg,
-        start=start,
-        end=end,
-        window_s=float(selection.window_s),
-        quantiles=quantiles_for(profile),
+        targets=[request.target] if request.target is not None else None,
+        start=request.start,
+        end=request.end,
+        window_s=request.window_s,
+        quantiles=quantiles_for(request.profile),
     )
     latency: dict[str, pd.DataFrame] = {
         h: traffic.windows[h] for h in LATENCY_SHOWN if h in traffic.windows
     }
     judged = pd.DataFrame()
-    if profile is not None:
-        judged = slo_windows.window_breaches(traffic.windows, profile, traffic.requests)
+    if request.profile is not None:
+        judged = slo_windows.window_breaches(traffic.windows, request.profile, traffic.requests)
         judged = judged.assign(
             link=[
-                traffic_view.incident_path(target, float(s), float(e))
+                traffic_view.incident_path(request.target, float(s), float(e))
                 for s, e in zip(judged["window_start"], judged["window_end"], strict=True)
             ]
         )
     lengths = {h: length_mix.from_buckets(pairs) for h, pairs in traffic.lengths.items() if pairs}
-    return replace(view, latency=latency, requests=traffic.requests, judged=judged, lengths=lengths)
+    return JudgedWindows(latency=latency, requests=traffic.requests, judged=judged, lengths=lengths)
 
 
-def window_grid_start(end: float, span_s: float, window_s: float) -> float:
-    """Where the windows of a span ending at ``end`` start: on multiples of ``window_s`` since
-    the epoch (so a refresh does not move them and a window's link stays the same), the last
-    one covering ``end``, at least ``span_s`` before it."""
-    grid_end = math.ceil(end / window_s) * window_s
-    return grid_end - math.ceil(span_s / window_s) * window_s
+def window_grid(end: float, span_s: float, window_s: float) -> tuple[float, float]:
+    """(first window's start, last window's end) of a span ending at ``end``: windows lie on
+    multiples of ``window_s`` since the epoch (a refresh does not move them, a window's link
+    stays the same) and only complete ones are judged — the last ends at or before ``end``
+    (a window still in progress would show a rate over less time than its length) — and they
+    cover at least ``span_s``."""
+    grid_end = math.floor(end / window_s) * window_s
+    return grid_end - math.ceil(span_s / window_s) * window_s, float(grid_end)
 
 
 def stale_hosts(gpus: pd.DataFrame, gpus_latest: pd.DataFrame, now: float) -> frozenset[str]:

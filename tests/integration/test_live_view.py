@@ -18,12 +18,14 @@ from live_store import seed as seed_oncall
 from errors import InputError
 from services.views.live import (
     REFRESH_S,
+    SETTLE_S,
     SPAN_MIN,
     WINDOW_S,
     LiveSelection,
     investigate_path,
+    judged_windows,
     live_view,
-    window_grid_start,
+    window_grid,
 )
 from store import ingest
 from store.db import Store
@@ -91,7 +93,9 @@ def test_an_empty_store_shows_nothing(store: Store) -> None:
 def test_current_span_with_stale_sources_and_rates(store: Store) -> None:
     _seed(store)
     view = live_view(store, LiveSelection(), now=NOW)
-    assert view.current and (view.start, view.end) == (NOW - SPAN_S, NOW)
+    # complete windows only, settled for SETTLE_S: the last one judged ends at NOW − 30
+    assert view.current and (view.start, view.end) == (NOW - SPAN_S - WINDOW_S, NOW)
+    assert view.windows_request is not None and view.windows_request.end == NOW - WINDOW_S
     assert view.targets["target"].tolist() == [LIVE, STOPPED]
     assert view.target_choices == (LIVE, STOPPED)
     assert view.stale_targets == {STOPPED}
@@ -119,7 +123,12 @@ def _oncall(url: str, **selection: object) -> tuple[object, pd.DataFrame]:
     seed_oncall(url, NOW)
     store = open_store(url)
     try:
-        view = live_view(store, LiveSelection(**selection), now=NOW)  # type: ignore[arg-type]
+        # SETTLE_S after NOW: the window ending at NOW is complete and settled
+        view = live_view(
+            store,
+            LiveSelection(**selection),  # type: ignore[arg-type]
+            now=NOW + SETTLE_S,
+        )
     finally:
         store.dispose()
     return view, view.judged
@@ -247,9 +256,10 @@ def test_selection_from_url_parameters() -> None:
         ),
         ({"window": "2"}, "?window=2 is not accepted"),
         ({"window": "7.5"}, "?window=7.5 is not accepted"),
-        ({"span": "0"}, "?span=0 is not accepted: a whole number of minutes from 1 to 360"),
+        ({"span": "0"}, "?span=0 is not accepted: a whole number of minutes from 1 to 180"),
         ({"span": "1", "window": "300"}, "?window=300 is longer than ?span=1 minutes"),
-        ({"span": "360", "window": "10"}, "makes 2160 windows: accepted at most 720"),
+        ({"span": "180", "window": "10"}, "makes 1080 windows: accepted at most 180"),
+        ({"span": "180", "window": "59"}, "(a window of at least 60 s for this span)"),
         ({"refresh": "soon"}, "?refresh=soon is not accepted"),
     ],
 )
@@ -268,14 +278,32 @@ def test_investigate_path_orders_the_range() -> None:
     }
 
 
+def test_the_windowed_part_is_built_apart_and_added(url: str) -> None:
+    seed_oncall(url, NOW)
+    store = open_store(url)
+    try:
+        sel = LiveSelection(window_s=30, span_min=5)
+        bare = live_view(store, sel, now=NOW + SETTLE_S, with_windows=False)
+        whole = live_view(store, sel, now=NOW + SETTLE_S)
+        request = bare.windows_request
+        assert request is not None and request == whole.windows_request
+        assert (request.start, request.end, request.target) == (NOW - 300, NOW, None)
+        assert bare.judged.empty and bare.latency == {}
+        added = bare.with_windows(judged_windows(store, request))
+    finally:
+        store.dispose()
+    pd.testing.assert_frame_equal(added.judged, whole.judged)
+    assert hash(request) == hash(whole.windows_request)  # a cache key
+
+
 def test_windows_sit_on_a_grid_that_refreshes_do_not_move() -> None:
-    # 15 minutes in 30 s windows ending 12 s into a window: the grid ends at the next multiple
-    end = NOW + 12
-    assert window_grid_start(end, 900, 30) == NOW + 30 - 900
-    assert window_grid_start(end + 10, 900, 30) == window_grid_start(end, 900, 30)
+    # 15 minutes in 30 s windows, 12 s into a window: only complete windows, ending at NOW
+    assert window_grid(NOW + 12, 900, 30) == (NOW - 900, NOW)
+    assert window_grid(NOW + 29, 900, 30) == window_grid(NOW, 900, 30)
+    assert window_grid(NOW + 30, 900, 30) == (NOW - 870, NOW + 30)
     # a window that does not divide the span: the span is covered, on the window's grid
-    start = window_grid_start(NOW, 60, 7)
-    assert start % 7 == 0 and NOW - 67 < start <= NOW - 60
+    start, end = window_grid(NOW, 60, 7)
+    assert start % 7 == 0 and end % 7 == 0 and NOW - 7 < end <= NOW and end - start == 63
 
 
 def test_a_click_on_the_timeline_investigates_its_window(url: str) -> None:
@@ -283,5 +311,5 @@ def test_a_click_on_the_timeline_investigates_its_window(url: str) -> None:
     inside = NOW - BURST[0] + 12
     assert view.investigate_range(inside, inside) == (NOW - BURST[0], NOW - BURST[1])
     # a box wider than a window is kept, clipped to the span
-    assert view.investigate_range(NOW + 50, NOW - 100) == (NOW - 100, NOW)
+    assert view.investigate_range(NOW + 50, NOW - 100) == (NOW - 100, NOW + SETTLE_S)
     assert view.investigate_range(NOW - 1000, NOW - 200) == (NOW - 300, NOW - 200)
