@@ -7,10 +7,11 @@ given), ``from`` before ``to``, at most 7 days apart; ``target`` a watched engin
 every target with samples in the window, summed). "Before" is the same length immediately
 before ``from``.
 
-Reads: :func:`services.views.traffic.traffic` four times — each span once as a single window
-(its percentiles from the summed bucket increases over the whole span, its request and error
-rate, its length histograms) and once in sub-windows (the charts, the burst and trend
-evidence).
+Reads: :func:`services.views.traffic.traffic` twice over before + during — once in windows as
+long as the span (each span's percentiles from its summed bucket increases over the whole span,
+its request and error rate) and once in sub-windows (the charts, the burst and trend evidence)
+— and each span's prompt-length buckets. (A window over 3.5 days is read span by span: one
+read covers at most 7 days.)
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ from typing import Final
 
 import pandas as pd
 
+from analysis import histogram_windows as hw
 from analysis import incident, length_mix
 from analysis.diagnose import Finding
 from errors import InputError
 from services.views import traffic as tr
+from store import sample_series
 from store.db import Store
 
 #: The URL's parameters.
@@ -191,23 +194,62 @@ class IncidentView:
         )
 
 
-def _concat(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
-    parts = [df for df in (a, b) if not df.empty]
+def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    parts = [df for df in frames if not df.empty]
     if not parts:
-        return a
-    return pd.concat(parts, ignore_index=True) if len(parts) == 2 else parts[0]
+        return frames[0]
+    return pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
 
 
-def _request_counts(fine: tr.Traffic) -> tuple[float, ...]:
-    """Requests per sub-window during: finished-request counters, else the E2E histogram's
-    count (NaN where no scrape spans a sub-window)."""
-    if not fine.requests.empty and fine.requests["request_rate"].notna().any():
-        r = fine.requests
+def _read(
+    store: Store, targets: list[str] | None, request: IncidentRequest, window_s: float
+) -> list[tr.Traffic]:
+    """The span before and the window, in windows of ``window_s`` on one grid from the
+    before's start: one read when both fit in one (at most ``MAX_SPAN_S``), else one each."""
+    b0, b1 = request.before
+    if request.end - b0 <= tr.MAX_SPAN_S:
+        return [tr.traffic(store, targets=targets, start=b0, end=request.end, window_s=window_s)]
+    return [
+        tr.traffic(store, targets=targets, start=lo, end=hi, window_s=window_s)
+        for lo, hi in ((b0, b1), (request.start, request.end))
+    ]
+
+
+def _starting(df: pd.DataFrame, start: float, *, exact: bool) -> pd.DataFrame:
+    """The windows that start at ``start`` (``exact``) or at or after it."""
+    if df.empty:
+        return df
+    tol = 1e-3  # seconds: epoch floats near 2e9 are exact to ~2e-7 s
+    if exact:
+        return df[(df["window_start"] - start).abs() <= tol]
+    return df[df["window_start"] >= start - tol]
+
+
+def _prompt_buckets(
+    store: Store, targets: tuple[str, ...], spans: tuple[tuple[float, float], ...]
+) -> list[list[tuple[float, float]]]:
+    """Each span's prompt-length bucket increases, summed over ``targets``."""
+    hist = "prompt_length_tokens"
+    lo, hi = spans[0][0], spans[-1][1]
+    parts = [
+        sample_series.engine_histogram_series(store, t, hist, since=lo, until=hi).assign(target=t)
+        for t in targets
+    ]
+    rows = _concat(parts) if parts else pd.DataFrame(columns=["target", "ts", "metric", "value"])
+    return [hw.bucket_increase(rows, hist, start=a, end=b) for a, b in spans]
+
+
+def _request_counts(
+    requests: pd.DataFrame, windows: Mapping[str, pd.DataFrame]
+) -> tuple[float, ...]:
+    """Requests per sub-window: finished-request counters, else the E2E histogram's count (NaN
+    where no scrape spans a sub-window)."""
+    if not requests.empty and requests["request_rate"].notna().any():
         return tuple(
             float(f) if pd.notna(rate) else math.nan
-            for f, rate in zip(r["finished"], r["request_rate"], strict=True)
+            for f, rate in zip(requests["finished"], requests["request_rate"], strict=True)
         )
-    e2e = fine.windows.get("e2e_seconds")
+    e2e = windows.get("e2e_seconds")
     if e2e is None or e2e.empty:
         return ()
     return tuple(
@@ -218,61 +260,75 @@ def _request_counts(fine: tr.Traffic) -> tuple[float, ...]:
 
 def incident_view(store: Store, request: IncidentRequest) -> IncidentView:
     """Before vs during ``request``'s window and the patterns judged on it. InputError when the
-    target is not one the store has samples of (the known ones listed)."""
+    target is not one the store has samples of (the known ones listed).
+
+    Two reads through ``traffic``: the two spans as one window each (their percentiles from
+    the summed bucket increases over the whole span, their request and error rates), and in
+    sub-windows (charts, bursts, trends); plus each span's prompt-length buckets."""
     targets = [request.target] if request.target else None
     b0, b1 = request.before
     w = sub_window_s(request.span_s)
-    spans = {}
-    fine = {}
-    for name, (lo, hi) in (("before", (b0, b1)), ("during", (request.start, request.end))):
-        spans[name] = tr.traffic(store, targets=targets, start=lo, end=hi, window_s=hi - lo)
-        fine[name] = tr.traffic(store, targets=targets, start=lo, end=hi, window_s=w)
-    summaries = {
-        name: incident.span_summary(
-            start=t.start,
-            end=t.end,
-            windows=t.windows,
-            requests=t.requests,
-            state=t.state,
-            gpus=t.gpus,
-            prompt_buckets=t.lengths.get("prompt_length_tokens", []),
+    coarse = _read(store, targets, request, request.span_s)
+    fine = _read(store, targets, request, w)
+    chosen = tuple(dict.fromkeys(t for part in coarse for t in part.targets))
+    spans = ((b0, b1), (request.start, request.end))
+    prompts = _prompt_buckets(store, chosen, spans) if chosen else [[], []]
+    state = _concat([t.state for t in coarse])
+    gpus = _concat([t.gpus for t in coarse])
+    before, during = (
+        incident.span_summary(
+            start=lo,
+            end=hi,
+            windows={
+                h: _starting(df, lo, exact=True)
+                for h, df in (
+                    (h, _concat([t.windows[h] for t in coarse])) for h in tr.LATENCY_HISTS
+                )
+            },
+            requests=_starting(_concat([t.requests for t in coarse]), lo, exact=True),
+            state=state,
+            gpus=gpus,
+            prompt_buckets=buckets,
         )
-        for name, t in spans.items()
-    }
-    before, during = summaries["before"], summaries["during"]
-    dur = fine["during"]
+        for (lo, hi), buckets in zip(spans, prompts, strict=True)
+    )
+    windows = {h: _concat([t.windows[h] for t in fine]) for h in tr.LATENCY_HISTS}
+    requests = _concat([t.requests for t in fine])
+    now = {h: _starting(df, request.start, exact=False) for h, df in windows.items()}
+    fine_gpus = _concat([t.gpus for t in fine])
     evidence = incident.IncidentEvidence(
         during=during,
         before=before,
-        request_counts=_request_counts(dur),
+        request_counts=_request_counts(_starting(requests, request.start, exact=False), now),
         sub_window_s=w,
-        ttft_p99_trend=incident.window_trend(dur.windows.get("ttft_seconds", pd.DataFrame())),
-        e2e_p99_trend=incident.window_trend(dur.windows.get("e2e_seconds", pd.DataFrame())),
-        memory=incident.memory_trend(dur.gpus),
+        ttft_p99_trend=incident.window_trend(now["ttft_seconds"]),
+        e2e_p99_trend=incident.window_trend(now["e2e_seconds"]),
+        memory=incident.memory_trend(
+            fine_gpus[fine_gpus["ts"] > request.start] if not fine_gpus.empty else fine_gpus
+        ),
     )
-    state = _concat(fine["before"].state, dur.state)
-    if not state.empty:
-        state = state[(state["ts"] >= b0) & (state["ts"] <= request.end)]
-        state = state.drop_duplicates(subset=["target", "ts", "metric"]).reset_index(drop=True)
+    chart_state = _concat([t.state for t in fine])
+    if not chart_state.empty:
+        chart_state = chart_state[(chart_state["ts"] >= b0) & (chart_state["ts"] <= request.end)]
+        chart_state = chart_state.drop_duplicates(subset=["target", "ts", "metric"])
+    if not fine_gpus.empty:
+        fine_gpus = fine_gpus.drop_duplicates(subset=["host", "gpu_index", "ts"])
     pb, pd_ = before.prompt_lengths, during.prompt_lengths
-    chosen = tuple(dict.fromkeys((*spans["before"].targets, *spans["during"].targets)))
+    engines = {t.engine for t in coarse if t.engine}
     return IncidentView(
         request=request,
         targets=chosen,
-        engine=spans["during"].engine or spans["before"].engine,
+        engine=next(iter(engines)) if len(engines) == 1 else None,
         before=before,
         during=during,
         findings=tuple(incident.judge(evidence)),
         missing=tuple(incident.missing_inputs(evidence)),
         comparison=incident.comparison(before, during),
         window_s=w,
-        windows={
-            hist: _concat(fine["before"].windows[hist], dur.windows[hist])
-            for hist in tr.LATENCY_HISTS
-        },
-        requests=_concat(fine["before"].requests, dur.requests),
-        state=state,
-        gpus=_concat(fine["before"].gpus, dur.gpus),
+        windows=windows,
+        requests=requests,
+        state=chart_state.reset_index(drop=True),
+        gpus=fine_gpus.reset_index(drop=True),
         prompt_before=pb,
         prompt_during=pd_,
         length_distance=length_mix.distance(pb, pd_),

@@ -118,6 +118,23 @@ def test_before_vs_during_figures(saturated: Store) -> None:
     assert not any("pattern 4" in m for m in view.missing)
 
 
+def test_a_window_over_3_5_days_is_read_span_by_span(saturated: Store) -> None:
+    """Before + during over 7 days cannot be one read: each span is read alone, with the same
+    figures (here the same samples: the episode's calm quarter hour is the 4-day before's end,
+    its saturated quarter hour the 4-day window's start)."""
+    days = 4 * 86_400.0
+    view = incident_view(saturated, IncidentRequest(TARGET, T0 + SPAN, T0 + SPAN + days))
+    assert (view.before.start, view.before.end) == (T0 + SPAN - days, T0 + SPAN)
+    short = incident_view(saturated, _during())
+    for span, same in ((view.before, short.before), (view.during, short.during)):
+        assert span.finished == same.finished
+        assert span.latency["ttft_seconds"].quantiles == same.latency["ttft_seconds"].quantiles
+        assert span.kv_full_share == same.kv_full_share
+    assert 1 in [f.rule for f in view.findings]
+    assert len(view.windows["ttft_seconds"]) == 60  # 30 sub-windows of 3.2 h per span
+    assert view.window_s == days / 30
+
+
 def test_a_calm_window_finds_nothing(saturated: Store) -> None:
     view = incident_view(saturated, IncidentRequest(TARGET, T0 + 600, T0 + 900))
     assert view.findings == ()
