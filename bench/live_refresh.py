@@ -44,7 +44,7 @@ def main() -> None:
         with short_lived_store(url) as store:
             rows = store.read_df("SELECT COUNT(*) AS n FROM engine_samples")["n"].iloc[0]
             print(
-                f"store: {TARGETS} targets x 1 h at 1 Hz = {rows:,} engine_samples rows "
+                f"store: {TARGETS} targets x 3 h at 1 Hz = {rows:,} engine_samples rows "
                 f"(seeded in {seeded:.0f} s)"
             )
             for span, window in CASES:

@@ -350,7 +350,7 @@ def render_latency(view: LiveView) -> None:
     if view.profile is not None and served:
         total = len(view.judged)
         if n_breach:
-            st.error(
+            st.warning(  # about the data: the page's errors are what went wrong
                 f"**{n_breach} of {total} windows breach {display.md_escape(view.profile.name)}**"
                 " — shaded red on the chart, listed below.",
                 icon=":material/notifications_active:",
