@@ -60,9 +60,9 @@ from analysis.diagnose import (
 from analysis.latency import (
     KV_FULL,
     Trend,
-    _gauge_over_targets,
     counter_increase_between,
     duration_text,
+    gauge_over_targets,
     trend,
     trend_too_short,
 )
@@ -192,7 +192,7 @@ def _gauge_stats(state: pd.DataFrame, metric: str, how: str, start: float, end: 
     (as a window: the sample at ``start`` belongs to the span before)."""
     if state.empty:
         return pd.Series(dtype="float64")
-    gauge = _gauge_over_targets(state, metric, how)
+    gauge = gauge_over_targets(state, metric, how)
     gauge = gauge[(gauge["ts"] > start) & (gauge["ts"] <= end)].dropna()
     return pd.Series(gauge["value"].to_numpy(dtype="float64"), index=gauge["ts"].to_numpy())
 

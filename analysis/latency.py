@@ -220,7 +220,7 @@ def ttft_split_by_bucket(
 # --- engine state at arrival -------------------------------------------------------------------
 
 
-def _gauge_over_targets(series: pd.DataFrame, metric: str, how: str) -> pd.DataFrame:
+def gauge_over_targets(series: pd.DataFrame, metric: str, how: str) -> pd.DataFrame:
     """One gauge summed (or maxed) over targets at each timestamp: columns ts, value."""
     part = series[series["metric"] == metric]
     if part.empty:
@@ -278,7 +278,7 @@ def engine_state_at(
         ("running", "requests_running", "sum"),
         ("kv_usage", "kv_cache_usage", "max"),
     ):
-        gauge = _gauge_over_targets(series, metric, how)
+        gauge = gauge_over_targets(series, metric, how)
         if gauge.empty:
             continue
         joined = pd.merge_asof(probe, gauge, on="ts", direction="backward")
@@ -419,7 +419,7 @@ def memory_warnings(
       samples around them.
     """
     out: list[MemoryWarning] = []
-    kv = _gauge_over_targets(engine, "kv_cache_usage", "max") if not engine.empty else None
+    kv = gauge_over_targets(engine, "kv_cache_usage", "max") if not engine.empty else None
     kv_trend = (
         trend(kv["ts"].to_numpy(), kv["value"].to_numpy())
         if kv is not None and not kv.empty
@@ -457,7 +457,7 @@ def memory_warnings(
                 )
             )
     if kv is not None and not kv.empty and (engine["metric"] == "preemptions_total").any():
-        pre = _gauge_over_targets(engine, "preemptions_total", "sum")
+        pre = gauge_over_targets(engine, "preemptions_total", "sum")
         v = pre["value"].to_numpy(dtype="float64")
         d = np.diff(v)
         inc = np.where(d < 0, v[1:], d)
