@@ -29,8 +29,9 @@ class ExitCode(IntEnum):
     #: bad input, unusable endpoint or store: nothing was done (a ServeScopeError)
     ERROR = 2
     #: a bench run failed (no success, or more failures than --max-error-rate), a watch
-    #: collected nothing (every scrape of every target failed), a verify check failed, or
-    #: compare found a significant regression beyond its --fail-on threshold
+    #: collected nothing (every scrape of every target failed), a verify check failed,
+    #: compare found a significant regression beyond its --fail-on threshold, or a
+    #: ``watch --slo --fail-on-breach`` window breached the profile
     FAILED = 3
     #: the store stayed locked: rows were kept in the spool (``servescope db ingest-spool``)
     SPOOLED = 4
