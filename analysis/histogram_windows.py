@@ -319,6 +319,20 @@ FAILURE_SERIES: dict[str, FinishedSeries] = {
 FAILURE_SERIES["sim"] = FAILURE_SERIES["vllm"]
 
 
+#: The columns of ``request_rate_windows``.
+REQUEST_RATE_COLUMNS: tuple[str, ...] = (
+    "window_start",
+    "window_end",
+    "finished",
+    "failed",
+    "request_rate",
+    "failure_rate",
+    "error_rate",
+    "failed_by_reason",
+    "note",
+)
+
+
 def finished_series_names(engines: Sequence[str] | None = None) -> list[str]:
     """Every raw series name ``request_rate_windows`` reads (for the store query)."""
     names: set[str] = set()
@@ -361,17 +375,7 @@ def request_rate_windows(
     if window_s <= 0:
         raise ValueError(f"window_s must be > 0 seconds, got {window_s!r}")
     spec = FAILURE_SERIES[engine]
-    columns = [
-        "window_start",
-        "window_end",
-        "finished",
-        "failed",
-        "request_rate",
-        "failure_rate",
-        "error_rate",
-        "failed_by_reason",
-        "note",
-    ]
+    columns = list(REQUEST_RATE_COLUMNS)
     wanted = set(spec.total) | {n for n, _, _ in spec.failed}
     mine = raw[raw["name"].isin(wanted)] if not raw.empty else raw
     if mine.empty:

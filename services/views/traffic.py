@@ -50,17 +50,7 @@ MAX_SPAN_S: Final = 7 * 86400.0
 #: The page that investigates a window.
 INCIDENT_PAGE: Final = "/incident"
 
-_REQUEST_COLUMNS: Final = [
-    "window_start",
-    "window_end",
-    "finished",
-    "failed",
-    "request_rate",
-    "failure_rate",
-    "error_rate",
-    "failed_by_reason",
-    "note",
-]
+_REQUEST_COLUMNS: Final = list(hw.REQUEST_RATE_COLUMNS)
 
 
 @dataclass(frozen=True)
