@@ -46,8 +46,28 @@ LENGTH_TITLES: Final = {
 
 
 def selection() -> LiveSelection:
-    """The page's selection, from the URL (``?slo=&target=&window=&span=&refresh=``)."""
-    return LiveSelection.from_params(st.query_params.to_dict())
+    """The page's selection: what its selectors hold, else the URL
+    (``?slo=&target=&window=&span=&refresh=``). The selectors live in the refreshing fragment,
+    whose reruns are not handed the URL their callbacks wrote: their own state is read first."""
+    params = st.query_params.to_dict()
+    for param, key, to_text in _selectors():
+        if key in st.session_state:
+            text = to_text(st.session_state[key])
+            if text:
+                params[param] = text
+            else:
+                params.pop(param, None)
+    return LiveSelection.from_params(params)
+
+
+def _selectors() -> tuple[tuple[str, str, Callable[[Any], str]], ...]:
+    """(URL parameter, widget key, how the widget's value is written to the URL)."""
+    return (
+        (live.SLO_PARAM, "live_slo", _plain_text),
+        (live.TARGET_PARAM, "live_target", _target_text),
+        (live.WINDOW_PARAM, "live_window", _default_text(live.WINDOW_S)),
+        (live.SPAN_PARAM, "live_span", _default_text(live.SPAN_MIN)),
+    )
 
 
 def show_problem(sel: LiveSelection) -> None:
@@ -151,6 +171,10 @@ def controls(view: LiveView) -> None:
         format_func=lambda m: f"{m} min",
         on_change=state.sync_to_url("live_span", live.SPAN_PARAM, _default_text(live.SPAN_MIN)),
     )
+
+
+def _plain_text(value: Any) -> str:
+    return "" if value is None else str(value)
 
 
 def _target_text(value: Any) -> str:

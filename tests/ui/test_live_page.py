@@ -283,6 +283,13 @@ def test_choosing_a_profile_writes_the_url(db_url: str) -> None:
     assert [e.value for e in at.exception] == []
     assert at.query_params["slo"] == "batch-summarisation"
     assert "P90 TTFT ≤ 10 s" in " ".join(c.value for c in at.caption)
+    # a second choice keeps the first (the selectors' state is read before the URL)
+    at.selectbox(key="live_window").set_value(60).run()
+    assert at.query_params["slo"] == "batch-summarisation" and at.query_params["window"] == "60"
+    assert "in 60 s windows" in " ".join(c.value for c in at.caption)
+    at.selectbox(key="live_target").set_value(TARGET).run()
+    assert at.query_params["target"] == TARGET
+    assert f"target {TARGET}" in " ".join(c.value for c in at.caption).replace("\\", "")
 
 
 @pytest.mark.parametrize(
