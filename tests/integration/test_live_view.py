@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
@@ -22,6 +23,7 @@ from services.views.live import (
     SPAN_MIN,
     WINDOW_S,
     LiveSelection,
+    LiveView,
     investigate_path,
     judged_windows,
     live_view,
@@ -119,14 +121,14 @@ def test_old_samples_show_the_last_recorded_span(store: Store) -> None:
     assert view.stale_targets == {LIVE, STOPPED} and view.stale_hosts == {"a", "b"}
 
 
-def _oncall(url: str, **selection: object) -> tuple[object, pd.DataFrame]:
+def _oncall(url: str, **selection: Any) -> tuple[LiveView, pd.DataFrame]:
     seed_oncall(url, NOW)
     store = open_store(url)
     try:
         # SETTLE_S after NOW: the window ending at NOW is complete and settled
         view = live_view(
             store,
-            LiveSelection(**selection),  # type: ignore[arg-type]
+            LiveSelection(**selection),
             now=NOW + SETTLE_S,
         )
     finally:
