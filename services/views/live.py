@@ -449,6 +449,10 @@ def judged_windows(store: Store, request: WindowsRequest) -> JudgedWindows:
         end=request.end,
         window_s=request.window_s,
         quantiles=quantiles_for(request.profile),
+        # what the page draws and judges; state and GPUs are read live, outside this cache
+        hists=(*LATENCY_SHOWN, *traffic_view.LENGTH_HISTS),
+        by_target=False,
+        with_state=False,
     )
     latency: dict[str, pd.DataFrame] = {
         h: traffic.windows[h] for h in LATENCY_SHOWN if h in traffic.windows

@@ -184,9 +184,16 @@ def traffic(
     end: float,
     window_s: float,
     quantiles: Sequence[float] = QUANTILES,
+    hists: Sequence[str] = (*LATENCY_HISTS, *LENGTH_HISTS),
+    by_target: bool = True,
+    with_state: bool = True,
 ) -> Traffic:
     """The span [start, end] of ``targets`` (None: every engine target with samples in it)
     cut into windows of ``window_s`` seconds (the last one covers ``end``).
+
+    ``hists``: the histograms to window (a caller drawing fewer reads less); ``by_target``:
+    also each latency histogram per target; ``with_state``: also the engine state and GPU
+    samples (a caller that reads them itself passes False: ``state``/``gpus`` are then empty).
 
     Raises InputError for a bad span (end ≤ start, longer than a week, window ≤ 0) and for a
     named target with no samples at all, listing the known ones.
@@ -207,25 +214,32 @@ def traffic(
             )
         engines = {t: e for t, e in engines.items() if t in chosen}
     windows: dict[str, pd.DataFrame] = {}
-    by_target: dict[str, pd.DataFrame] = {}
+    per_target: dict[str, pd.DataFrame] = {}
     lengths: dict[str, list[tuple[float, float]]] = {}
-    for hist in (*LATENCY_HISTS, *LENGTH_HISTS):
+    unknown_hists = [h for h in hists if h not in (*LATENCY_HISTS, *LENGTH_HISTS)]
+    if unknown_hists:
+        raise ValueError(
+            f"unknown histogram {unknown_hists[0]!r}; known: {', '.join(LATENCY_HISTS)}, "
+            f"{', '.join(LENGTH_HISTS)}"
+        )
+    for hist in hists:
         rows = _histogram_rows(store, chosen, hist, start, end)
         windows[hist] = hw.summed_histogram_windows(
             rows, hist, window_s=window_s, quantiles=quantiles, start=start, end=end
         )
-        if hist in LATENCY_HISTS:
-            by_target[hist] = hw.histogram_windows_by_target(
+        if hist in LENGTH_HISTS:
+            lengths[hist] = hw.bucket_increase(rows, hist, start=start, end=end)
+        elif by_target:
+            per_target[hist] = hw.histogram_windows_by_target(
                 rows, hist, window_s=window_s, quantiles=quantiles, start=start, end=end
             )
-        else:
-            lengths[hist] = hw.bucket_increase(rows, hist, start=start, end=end)
+    empty_state = pd.DataFrame(columns=["target", "engine", "ts", "metric", "value"])
     state = (
         sample_series.engine_series(
             store, since=start - window_s, until=end, metrics=STATE_METRICS, targets=chosen
         )
-        if chosen
-        else pd.DataFrame(columns=["target", "engine", "ts", "metric", "value"])
+        if chosen and with_state
+        else empty_state
     )
     distinct = set(engines.values())
     return Traffic(
@@ -235,9 +249,13 @@ def traffic(
         end=float(end),
         window_s=float(window_s),
         windows=windows,
-        by_target=by_target,
+        by_target=per_target,
         requests=_requests(store, engines, start, end, window_s),
         state=state,
-        gpus=sample_series.gpu_series(store, since=start, until=end),
+        gpus=(
+            sample_series.gpu_series(store, since=start, until=end)
+            if with_state
+            else pd.DataFrame(columns=["host", "gpu_index", "ts"])
+        ),
         lengths=lengths,
     )
