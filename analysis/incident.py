@@ -15,8 +15,9 @@ The patterns, with ``analysis.diagnose``'s thresholds (:class:`~analysis.diagnos
 
 1. **Memory full and the queue building**: KV-cache usage ≥ ``KV_FULL`` in at least
    ``KV_SATURATED_SHARE`` of the during span's samples, requests waiting, and the queue growing
-   (mean waiting during > before, or second half of the span > first half) or preemptions
-   during it.
+   (mean waiting during > before, or second half of the span > first half), or standing (at
+   least :data:`STANDING_QUEUE` waiting on average with at least :data:`QUEUE_DOMINANT` of TTFT
+   spent queueing), or preemptions during it.
 2. **Mean fine, P99 high**: TTFT P99 / P50 ≥ ``TAIL_RATIO`` during, with a wide prompt-length
    mix (P90 / P10 or P99 / P50 of the prompt-length histogram ≥ ``LENGTH_MIX_RATIO``) or bursts
    (the request count per sub-window has a coefficient of variation ≥ :data:`BURST_CV` and a
@@ -73,6 +74,11 @@ BURST_CV: Final = 0.5
 BURST_DISPERSION: Final = 2.0
 #: Rule 2: the fewest sub-windows with a count that burstiness is judged on.
 MIN_BURST_WINDOWS: Final = 4
+#: Rule 1: a standing queue — at least this many requests waiting on average through the
+#: window while at least QUEUE_DOMINANT of TTFT is queueing — counts as the queue building even
+#: when it is no longer growing (the middle of a saturation, its queue draining).
+STANDING_QUEUE: Final = 1.0
+QUEUE_DOMINANT: Final = 0.5
 #: Rule 3: the mean waiting requests before are floored at this when the step is taken (a queue
 #: growing from 0 to 0.3 is no load step; from 0 to 12 is 12×).
 WAITING_FLOOR: Final = 1.0
@@ -421,7 +427,13 @@ def memory_full_queue(ev: IncidentEvidence) -> Finding | None:
         and d.waiting_second_half > d.waiting_first_half
     )
     preempted = d.preemptions is not None and d.preemptions > 0
-    if not (from_before or inside or preempted):
+    queue_share = d.ttft_share("queue_time_seconds")
+    standing = (
+        d.waiting_mean >= STANDING_QUEUE
+        and queue_share is not None
+        and queue_share >= QUEUE_DOMINANT
+    )
+    if not (from_before or inside or standing or preempted):
         return None
     how = []
     if from_before:
@@ -431,9 +443,14 @@ def memory_full_queue(ev: IncidentEvidence) -> Finding | None:
             f"the queue grew from {d.waiting_first_half:,.1f} to {d.waiting_second_half:,.1f} "
             "within the window"
         )
+    elif standing:
+        assert queue_share is not None
+        how.append(
+            f"a queue of {d.waiting_mean:,.1f} requests on average stood through the window "
+            f"({queue_share:.0%} of TTFT spent queueing)"
+        )
     if preempted:
         how.append(f"{d.preemptions:,.0f} requests were preempted")
-    queue_share = d.ttft_share("queue_time_seconds")
     evidence = {
         "peak KV usage": f"{d.kv_max:.0%}" if d.kv_max is not None else "—",
         f"samples with KV ≥ {KV_FULL:.0%}": f"{d.kv_full_share:.0%} of {d.kv_samples:,}",

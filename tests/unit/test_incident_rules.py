@@ -94,6 +94,46 @@ def test_rule_1_boundary_and_each_way_the_queue_may_build() -> None:
     assert inc.memory_full_queue(inc.IncidentEvidence(during=preempted)) is not None
 
 
+def _queueing(queue_mean: float, ttft_mean: float) -> dict[str, inc.SpanLatency]:
+    return {
+        "ttft_seconds": inc.SpanLatency(count=35, mean=ttft_mean, quantiles={}, precision={}),
+        "queue_time_seconds": inc.SpanLatency(
+            count=35, mean=queue_mean, quantiles={}, precision={}
+        ),
+    }
+
+
+def test_rule_1_on_a_standing_queue_that_is_draining() -> None:
+    """The middle of a saturation (seen on a watched sim): KV full, 45 waiting at the peak but
+    the queue draining (36.5 → 18.8), fewer waiting than before, no preemption — and 99.5 % of
+    TTFT spent queueing. The queue stood through the window: pattern 1."""
+    draining = _saturated(
+        kv_full_share=0.14,
+        waiting_mean=27.7,
+        waiting_max=45.0,
+        waiting_first_half=36.5,
+        waiting_second_half=18.8,
+        preemptions=0.0,
+        latency=_queueing(27.45, 27.58),
+    )
+    ev = inc.IncidentEvidence(during=draining, before=_span(waiting_mean=30.0))
+    f = inc.memory_full_queue(ev)
+    assert f is not None
+    assert "a queue of 27.7 requests on average stood through the window (100% of TTFT" in (
+        f.summary
+    )
+    assert f.evidence["share of TTFT spent queueing"] == "100%"
+    # on the thresholds: 1 waiting and half of TTFT queueing fire; just below either does not
+    at = dataclasses.replace(draining, waiting_mean=inc.STANDING_QUEUE, latency=_queueing(1, 2))
+    assert inc.memory_full_queue(inc.IncidentEvidence(during=at, before=ev.before)) is not None
+    for below in (
+        dataclasses.replace(at, waiting_mean=0.99),
+        dataclasses.replace(at, latency=_queueing(0.99, 2)),
+        dataclasses.replace(at, latency={}),  # no queue-time histogram: cannot tell
+    ):
+        assert inc.memory_full_queue(inc.IncidentEvidence(during=below, before=ev.before)) is None
+
+
 def test_rule_1_is_silent_without_kv_or_queue_samples() -> None:
     assert inc.memory_full_queue(inc.IncidentEvidence(during=_span())) is None
     assert (
