@@ -7,6 +7,7 @@ SQL runs on DuckDB and PostgreSQL.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 import pandas as pd
@@ -60,6 +61,38 @@ def target_engines(
         {"since": since if since is not None else -1e18, "until": until or 1e18},
     )
     return {str(t): str(e) for t, e in zip(df["target"], df["engine"], strict=True)}
+
+
+#: Raw series whose labels name the served model (``model_name``): one gauge per engine.
+MODEL_LABELLED: tuple[str, ...] = (
+    "vllm:num_requests_running",
+    "sglang:num_running_reqs",
+    "trtllm_num_requests_running",
+)
+
+
+def target_models(
+    store: Store, *, since: float | None = None, until: float | None = None
+) -> dict[str, str]:
+    """Each engine target whose raw samples in [since, until] carry a ``model_name`` label →
+    that model (the newest when it changed). Engines that do not label their series (TGI,
+    llama.cpp, Triton) are absent."""
+    names, params = _in_list("n", list(MODEL_LABELLED))
+    df = store.read_df(
+        "SELECT target, labels, MAX(ts) AS last_ts FROM engine_raw_samples "
+        f"WHERE ts >= :since AND ts <= :until AND name IN ({names}) "
+        "GROUP BY target, labels ORDER BY target, last_ts",
+        {"since": since if since is not None else -1e18, "until": until or 1e18, **params},
+    )
+    out: dict[str, str] = {}
+    for target, labels in zip(df["target"], df["labels"], strict=True):
+        try:
+            model = json.loads(str(labels)).get("model_name")
+        except (ValueError, AttributeError):
+            continue
+        if model:
+            out[str(target)] = str(model)
+    return out
 
 
 def latest_sample_ts(store: Store, *, since: float | None = None) -> float | None:

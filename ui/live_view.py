@@ -20,6 +20,7 @@ from analysis import length_mix
 from analysis.slo_windows import SLO_HISTS
 from services.views import live
 from services.views.live import LiveSelection, LiveView
+from services.views.traffic import MODEL_PREFIX
 from ui import display, live_charts, state
 
 EMPTY_COMMANDS = (
@@ -150,7 +151,8 @@ def controls(view: LiveView) -> None:
         targets,
         key="live_target",
         on_change=state.sync_to_url("live_target", live.TARGET_PARAM, _target_text),
-        help="One watched /metrics URL, or every target summed (one model's replicas).",
+        help="One watched /metrics URL; model:<name>, every target serving that model "
+        "(its series' model_name label), summed; or every target summed.",
     )
     window = int(view.window_s)
     state.show_resolved("live_window", live.WINDOW_PARAM, window, _default_text(live.WINDOW_S))
@@ -208,6 +210,13 @@ def render_status(view: LiveView) -> None:
             f"Nothing collected in the last {_minutes(view.span_s)} minutes: showing the last "
             f"recorded span, ending {_utc(view.end)} ({_ago(view.now - view.end)}).",
             icon=":material/history:",
+        )
+    models = [c[len(MODEL_PREFIX) :] for c in view.target_choices if c.startswith(MODEL_PREFIX)]
+    if view.target is None and len(models) > 1:
+        st.warning(
+            f"These targets serve {len(models)} models ({display.md_escape(', '.join(models))}): "
+            "summed, their latencies mix models. Pick one model (model:<name>) or one target.",
+            icon=":material/call_merge:",
         )
 
 

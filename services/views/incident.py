@@ -130,7 +130,8 @@ class IncidentRequest:
 
 @dataclass(frozen=True)
 class IncidentChoices:
-    """What the form offers: each engine target with its newest sample, and the default window
+    """What the form offers: each engine target with its newest sample (then each
+    ``model:<name>`` group of targets), and the default window
     (the last 15 minutes of the newest target, or of ``request`` when one was given)."""
 
     targets: tuple[tuple[str, float], ...]  # (target, last sample ts), newest first
@@ -147,6 +148,12 @@ def incident_choices(store: Store, request: IncidentRequest | None = None) -> In
     """The form's choices; its defaults are ``request`` when given."""
     known = tr.known_targets(store).sort_values("last_ts", ascending=False)
     targets = tuple((str(k), float(t)) for k, t in zip(known["key"], known["last_ts"], strict=True))
+    last = dict(targets)
+    # then each model's targets, summed (model:<name>), with its newest target's last sample
+    targets += tuple(
+        (group, max(last.get(t, 0.0) for t in members))
+        for group, members in tr.model_groups(store).items()
+    )
     if request is not None:
         return IncidentChoices(targets, request.target, request.start, request.end)
     if not targets:

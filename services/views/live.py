@@ -20,7 +20,8 @@ is accepted, never an exception):
 
 - ``?slo=<profile>``: the SLO profile the windows are judged against (default
   ``interactive-chat``, else the catalog's first);
-- ``?target=<url>``: one watched target (default: every engine target, summed);
+- ``?target=<url>``: one watched target, or ``model:<name>`` for every target serving that model
+  (from the ``model_name`` label of its series), summed (default: every engine target, summed);
 - ``?window=<seconds>``: the window of the percentiles, 5..3600 (default 30);
 - ``?span=<minutes>``: how much history is shown, 1..180 (default 15), at most 180 windows;
 - ``?refresh=<seconds>``: how often the panels refresh, clamped to 1..60 (default 2).
@@ -374,17 +375,20 @@ def live_view(
     span_s = selection.span_s
     names, profile, profile_problem = _profile(store, selection.slo)
     known = _known_targets(store)
-    choices = tuple(sorted(str(k) for k in known["key"]))
+    groups = traffic_view.model_groups(store)
+    # each target, then each model whose targets are summed (model:<name>)
+    choices = (*sorted(str(k) for k in known["key"]), *groups)
     target = selection.target
     if target is not None and target not in choices:
         raise InputError(
             f"?target={target} is not a watched engine target of this store; accepted: "
             + (", ".join(choices) if choices else "none (no engine has been watched)")
         )
+    shown = list(groups.get(target, (target,))) if target is not None else None
     # the span ends now when anything shown reported within it, else at the newest sample
     newest = (
-        float(known.loc[known["key"] == target, "last_ts"].max())
-        if target is not None
+        float(known.loc[known["key"].isin(shown), "last_ts"].max())
+        if shown is not None
         else sample_series.latest_sample_ts(store)
     )
     current = newest is not None and newest >= now - span_s
@@ -392,7 +396,7 @@ def live_view(
     start, windows_end = window_grid(
         end - (SETTLE_S if current else 0.0), span_s, float(selection.window_s)
     )
-    targets_arg = [target] if target is not None else None
+    targets_arg = shown
     engine = (
         sample_series.engine_series(
             store, since=start, until=end, metrics=STATE_READ, targets=targets_arg

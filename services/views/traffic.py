@@ -47,6 +47,8 @@ STATE_METRICS: Final = (
 QUANTILES: Final = (0.5, 0.9, 0.95, 0.99)
 #: The longest span one read may cover (seconds): a week.
 MAX_SPAN_S: Final = 7 * 86400.0
+#: A target value naming every target that serves one model: ``model:<model_name>``.
+MODEL_PREFIX: Final = "model:"
 #: The page that investigates a window.
 INCIDENT_PAGE: Final = "/incident"
 
@@ -86,6 +88,39 @@ def known_targets(store: Store) -> pd.DataFrame:
     """Every engine target the store has samples of: columns key (the target), last_ts."""
     df = sample_series.last_sample_times(store)
     return df[df["kind"] == "engine"][["key", "last_ts"]].reset_index(drop=True)
+
+
+def model_groups(store: Store) -> dict[str, tuple[str, ...]]:
+    """``model:<name>`` → the targets serving that model (from the ``model_name`` label of
+    their series), for every model the store has seen."""
+    groups: dict[str, list[str]] = {}
+    for target, model in sample_series.target_models(store).items():
+        groups.setdefault(f"{MODEL_PREFIX}{model}", []).append(target)
+    return {k: tuple(sorted(v)) for k, v in sorted(groups.items())}
+
+
+def resolve_targets(store: Store, targets: Sequence[str] | None) -> tuple[str, ...] | None:
+    """``targets`` with each ``model:<name>`` replaced by the targets serving that model (None
+    stays None: every target). Raises InputError for a model no target serves, listing the
+    known ones."""
+    if targets is None:
+        return None
+    if not any(t.startswith(MODEL_PREFIX) for t in targets):
+        return tuple(targets)
+    groups = model_groups(store)
+    out: list[str] = []
+    for t in targets:
+        if not t.startswith(MODEL_PREFIX):
+            out.append(t)
+            continue
+        if t not in groups:
+            listed = ", ".join(groups) or "none (no engine labels its series with model_name)"
+            raise InputError(
+                f"no watched target serves {t[len(MODEL_PREFIX) :]!r}; known models: {listed}",
+                hint="model:<name> sums every target whose series carry model_name=<name>",
+            )
+        out.extend(groups[t])
+    return tuple(dict.fromkeys(out))
 
 
 def incident_path(target: str | None, start: float, end: float) -> str:
@@ -188,8 +223,9 @@ def traffic(
     by_target: bool = True,
     with_state: bool = True,
 ) -> Traffic:
-    """The span [start, end] of ``targets`` (None: every engine target with samples in it)
-    cut into windows of ``window_s`` seconds (the last one covers ``end``).
+    """The span [start, end] of ``targets`` (None: every engine target with samples in it;
+    ``model:<name>``: every target serving that model, summed) cut into windows of
+    ``window_s`` seconds (the last one covers ``end``).
 
     ``hists``: the histograms to window (a caller drawing fewer reads less); ``by_target``:
     also each latency histogram per target; ``with_state``: also the engine state and GPU
@@ -199,6 +235,7 @@ def traffic(
     named target with no samples at all, listing the known ones.
     """
     _check_span(start, end, window_s)
+    targets = resolve_targets(store, targets)
     engines = sample_series.target_engines(store, since=start - window_s, until=end)
     if targets is None:
         chosen = tuple(sorted(engines))

@@ -315,3 +315,35 @@ def test_a_click_on_the_timeline_investigates_its_window(url: str) -> None:
     # a box wider than a window is kept, clipped to the span
     assert view.investigate_range(NOW + 50, NOW - 100) == (NOW - 100, NOW + SETTLE_S)
     assert view.investigate_range(NOW - 1000, NOW - 200) == (NOW - 300, NOW - 200)
+
+
+def test_a_model_is_every_target_serving_it_summed(url: str) -> None:
+    """Two replicas of one model (the model_name label of their series) and a third target:
+    ``?target=model:<name>`` sums the two; the selector offers it; an unknown model is named."""
+    other = "http://10.0.0.2:8000/metrics"
+    third = "http://10.0.0.3:8000/metrics"
+    for t in (TARGET, other, third):
+        seed_oncall(url, NOW, target=t)
+    store = open_store(url)
+    try:
+        raw = [
+            {
+                "target": t,
+                "ts": NOW - 60,
+                "name": "vllm:num_requests_running",
+                "labels": f'{{"engine":"0","model_name":"{m}"}}',
+                "value": 1.0,
+            }
+            for t, m in ((TARGET, "llama"), (other, "llama"), (third, "qwen"))
+        ]
+        ingest.add_rows(store, "engine_raw_samples", raw)
+        one = live_view(store, LiveSelection(target=TARGET), now=NOW)
+        model = live_view(store, LiveSelection(target="model:llama"), now=NOW)
+        assert {"model:llama", "model:qwen"} <= set(model.target_choices)
+        assert set(model.engine["target"]) == {TARGET, other}
+        # the two replicas served the same traffic: twice the requests of one, per window
+        assert model.requests["finished"].sum() == pytest.approx(2 * one.requests["finished"].sum())
+        with pytest.raises(InputError, match=r"\?target=model:nope is not a watched.*model:llama"):
+            live_view(store, LiveSelection(target="model:nope"), now=NOW)
+    finally:
+        store.dispose()

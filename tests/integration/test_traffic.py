@@ -8,6 +8,7 @@ import json
 import math
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from analysis import engine_series
@@ -18,6 +19,7 @@ from store.lifecycle import open_store
 
 INF = math.inf
 A, B = "http://a:8000/metrics", "http://b:8000/metrics"
+C = "http://c:8000/metrics"
 
 
 def _hist_rows(target: str, hist: str, ts: float, buckets: dict[float, float], total: float):
@@ -83,6 +85,23 @@ def store_url(tmp_path: Path) -> str:
     for ts, c in ((0.0, (0, 0, 0)), (60.0, (20, 20, 20)), (120.0, (5, 10, 10))):
         rows += _hist_rows(B, "ttft_seconds", ts, {0.5: c[0], 5.0: c[1], INF: c[2]}, c[2] * 0.3)
         raw += [_raw(B, ts, "stop", c[2]), _raw(B, ts, "abort", 0.0)]
+    # both serve one model (the model_name label of their series); a third, idle, another
+    for target, model in ((A, "llama-3.1-8b"), (B, "llama-3.1-8b"), (C, "qwen3-8b")):
+        labels = json.dumps(
+            {"engine": "0", "model_name": model}, sort_keys=True, separators=(",", ":")
+        )
+        raw.append(
+            {
+                "target": target,
+                "ts": 60.0,
+                "name": "vllm:num_requests_running",
+                "labels": labels,
+                "value": 1.0,
+            }
+        )
+    rows.append(
+        {"target": C, "ts": 60.0, "metric": "requests_running", "engine": "vllm", "value": 1.0}
+    )
     ingest.add_rows(s, "engine_samples", rows)
     ingest.add_rows(s, "engine_raw_samples", raw)
     s.dispose()
@@ -95,7 +114,7 @@ def test_windows_are_summed_over_targets_with_a_restart(store_url: str) -> None:
         t = tv.traffic(s, targets=None, start=0.0, end=120.0, window_s=60.0)
     finally:
         s.dispose()
-    assert t.targets == (A, B) and t.engine == "vllm"
+    assert t.targets == (A, B, C) and t.engine == "vllm"
     w = t.windows["ttft_seconds"]
     assert list(w["count"]) == [120.0, 110.0]
     # second window: A +90 ≤0.5, +10 in (0.5, 5]; B restarted: 5 ≤0.5, 5 in (0.5, 5] → 95/15
@@ -114,7 +133,7 @@ def test_windows_are_summed_over_targets_with_a_restart(store_url: str) -> None:
     # the span's prompt lengths (A only exports them): 200 requests, half ≤ 512
     assert t.lengths["prompt_length_tokens"] == [(512.0, 100.0), (2048.0, 200.0), (INF, 200.0)]
     assert t.windows["prompt_length_tokens"]["mean"].iloc[0] == pytest.approx(600.0)
-    assert set(t.state["metric"]) == {"kv_cache_usage"}
+    assert set(t.state["metric"]) == {"kv_cache_usage", "requests_running"}
 
 
 def test_one_target_alone_and_the_incident_link(store_url: str) -> None:
@@ -143,6 +162,24 @@ def test_bad_spans_and_unknown_targets_are_refused(store_url: str) -> None:
             tv.traffic(s, targets=None, start=0.0, end=8 * 86400.0, window_s=60.0)
         with pytest.raises(InputError, match="above 0"):
             tv.traffic(s, targets=None, start=0.0, end=60.0, window_s=0.0)
-        assert list(tv.known_targets(s)["key"]) == [A, B]
+        assert list(tv.known_targets(s)["key"]) == [A, B, C]
     finally:
         s.dispose()
+
+
+def test_a_model_sums_the_targets_serving_it(store_url: str) -> None:
+    """``model:<name>`` is every target whose series carry model_name=<name>, summed."""
+    s = open_store(store_url)
+    try:
+        assert tv.model_groups(s) == {"model:llama-3.1-8b": (A, B), "model:qwen3-8b": (C,)}
+        by_model = tv.traffic(
+            s, targets=["model:llama-3.1-8b"], start=0.0, end=120.0, window_s=60.0
+        )
+        both = tv.traffic(s, targets=[A, B], start=0.0, end=120.0, window_s=60.0)
+        with pytest.raises(InputError, match=r"known models: model:llama-3.1-8b, model:qwen3"):
+            tv.traffic(s, targets=["model:nope"], start=0.0, end=120.0, window_s=60.0)
+    finally:
+        s.dispose()
+    assert by_model.targets == (A, B)
+    assert list(by_model.windows["ttft_seconds"]["count"]) == [120.0, 110.0]
+    pd.testing.assert_frame_equal(by_model.windows["ttft_seconds"], both.windows["ttft_seconds"])
