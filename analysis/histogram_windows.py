@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -129,6 +129,47 @@ def _window_increase(wide: pd.DataFrame, w0: float, w1: float) -> pd.Series | No
     return part.apply(lambda col: counter_increase(col.to_numpy(dtype="float64")), axis=0)
 
 
+@dataclass(frozen=True)
+class _Summed:
+    """One window's increases summed over targets."""
+
+    buckets: dict[float, float]  # le → cumulative count increase
+    count: float
+    total: float  # increase of _sum
+    has_sum: bool
+    targets: int  # how many targets had two scrapes spanning the window
+
+
+def _summed_increase(wides: Iterable[pd.DataFrame], hist: str, w0: float, w1: float) -> _Summed:
+    """Each target's increase over (w0, w1] (``_window_increase``), summed over the targets:
+    buckets by ``le``, the count (``_count``, else the +Inf bucket) and ``_sum``."""
+    count_col, sum_col = f"{hist}_count", f"{hist}_sum"
+    buckets: dict[float, float] = {}
+    count = total = 0.0
+    has_sum = False
+    contributing = 0
+    for wide in wides:
+        inc = _window_increase(wide, w0, w1)
+        if inc is None:
+            continue
+        contributing += 1
+        target_buckets = {}
+        for col, value in inc.items():
+            le = parse_bucket(str(col), hist)
+            if le is not None and not math.isnan(value):
+                target_buckets[le] = float(value)
+        for le, value in target_buckets.items():
+            buckets[le] = buckets.get(le, 0.0) + value
+        if count_col in inc.index and not math.isnan(inc[count_col]):
+            count += float(inc[count_col])
+        elif math.inf in target_buckets:
+            count += target_buckets[math.inf]
+        if sum_col in inc.index and not math.isnan(inc[sum_col]):
+            total += float(inc[sum_col])
+            has_sum = True
+    return _Summed(buckets, count, total, has_sum, contributing)
+
+
 def summed_histogram_windows(
     rows: pd.DataFrame,
     hist: str,
@@ -167,33 +208,12 @@ def summed_histogram_windows(
     all_ts = np.concatenate([w.index.to_numpy(dtype="float64") for w in wides.values()])
     lo = float(all_ts.min()) if start is None else float(start)
     hi = float(all_ts.max()) if end is None else float(end)
-    count_col, sum_col = f"{hist}_count", f"{hist}_sum"
     out: list[dict[str, object]] = []
     for w0 in np.arange(lo, hi, window_s):
         w1 = float(w0) + window_s
-        buckets: dict[float, float] = {}
-        count = total = 0.0
-        has_sum = False
-        contributing = 0
-        for wide in wides.values():
-            inc = _window_increase(wide, float(w0), w1)
-            if inc is None:
-                continue
-            contributing += 1
-            target_buckets = {}
-            for col, value in inc.items():
-                le = parse_bucket(str(col), hist)
-                if le is not None and not math.isnan(value):
-                    target_buckets[le] = float(value)
-            for le, value in target_buckets.items():
-                buckets[le] = buckets.get(le, 0.0) + value
-            if count_col in inc.index and not math.isnan(inc[count_col]):
-                count += float(inc[count_col])
-            elif math.inf in target_buckets:
-                count += target_buckets[math.inf]
-            if sum_col in inc.index and not math.isnan(inc[sum_col]):
-                total += float(inc[sum_col])
-                has_sum = True
+        summed = _summed_increase(wides.values(), hist, float(w0), w1)
+        buckets, count, contributing = summed.buckets, summed.count, summed.targets
+        total, has_sum = summed.total, summed.has_sum
         rec: dict[str, object] = {
             "window_start": float(w0),
             "window_end": w1,
@@ -237,16 +257,8 @@ def bucket_increase(
     mine = rows[rows["metric"].str.startswith(hist + "_")] if not rows.empty else rows
     if mine.empty:
         return []
-    buckets: dict[float, float] = {}
-    for _target, df in mine.groupby("target", sort=True):
-        inc = _window_increase(_target_wide(df, hist), float(start), float(end))
-        if inc is None:
-            continue
-        for col, value in inc.items():
-            le = parse_bucket(str(col), hist)
-            if le is not None and not math.isnan(value):
-                buckets[le] = buckets.get(le, 0.0) + float(value)
-    return sorted(buckets.items())
+    wides = [_target_wide(df, hist) for _t, df in mine.groupby("target", sort=True)]
+    return sorted(_summed_increase(wides, hist, float(start), float(end)).buckets.items())
 
 
 def histogram_windows_by_target(

@@ -31,6 +31,25 @@ def _in_list(prefix: str, values: Sequence[str]) -> tuple[str, dict[str, str]]:
     return ", ".join(f":{n}" for n in names), dict(zip(names, values, strict=True))
 
 
+def _span_filter(
+    column: str,
+    values: Sequence[str],
+    since: float,
+    until: float | None,
+    targets: Sequence[str] | None,
+) -> tuple[str, dict[str, object]]:
+    """The WHERE clause of a bounded sample read: ts in [since, until], ``column`` in
+    ``values``, and the targets when given; with its bound parameters."""
+    value_sql, params = _in_list("v", list(values))
+    where = f"ts >= :since AND ts <= :until AND {column} IN ({value_sql})"
+    out: dict[str, object] = {"since": since, "until": until or 1e18, **params}
+    if targets:
+        target_sql, tparams = _in_list("t", list(targets))
+        where += f" AND target IN ({target_sql})"
+        out.update(tparams)
+    return where, out
+
+
 def last_sample_times(store: Store, *, since: float | None = None) -> pd.DataFrame:
     """When each engine target and each GPU host last reported: columns kind, key, last_ts.
 
@@ -112,17 +131,12 @@ def engine_series(
     targets: Sequence[str] | None = None,
 ) -> pd.DataFrame:
     """Normalised engine samples in [since, until]: columns target, engine, ts, metric, value."""
-    metric_sql, params = _in_list("m", list(metrics))
-    sql = (
-        "SELECT target, engine, ts, metric, value FROM engine_samples "
-        f"WHERE ts >= :since AND ts <= :until AND metric IN ({metric_sql})"
+    where, params = _span_filter("metric", metrics, since, until, targets)
+    return store.read_df(
+        f"SELECT target, engine, ts, metric, value FROM engine_samples WHERE {where} "
+        "ORDER BY target, ts, metric",
+        params,
     )
-    params_all: dict[str, object] = {"since": since, "until": until or 1e18, **params}
-    if targets:
-        target_sql, tparams = _in_list("t", list(targets))
-        sql += f" AND target IN ({target_sql})"
-        params_all.update(tparams)
-    return store.read_df(sql + " ORDER BY target, ts, metric", params_all)
 
 
 def engine_histogram_series(
@@ -165,17 +179,12 @@ def engine_raw_series(
     so the first window has its baseline scrape."""
     if not names:
         return pd.DataFrame(columns=["target", "ts", "name", "labels", "value"])
-    name_sql, params = _in_list("n", list(names))
-    sql = (
-        "SELECT target, ts, name, labels, value FROM engine_raw_samples "
-        f"WHERE ts >= :since AND ts <= :until AND name IN ({name_sql})"
+    where, params = _span_filter("name", names, since, until, targets)
+    return store.read_df(
+        f"SELECT target, ts, name, labels, value FROM engine_raw_samples WHERE {where} "
+        "ORDER BY target, name, labels, ts",
+        params,
     )
-    params_all: dict[str, object] = {"since": since, "until": until or 1e18, **params}
-    if targets:
-        target_sql, tparams = _in_list("t", list(targets))
-        sql += f" AND target IN ({target_sql})"
-        params_all.update(tparams)
-    return store.read_df(sql + " ORDER BY target, name, labels, ts", params_all)
 
 
 def gpu_series(
