@@ -45,16 +45,17 @@ COMPACT_EVERY_S = 600.0
 DEFAULT_SLO_WINDOW_S = 60.0
 DEFAULT_UI_URL = "http://127.0.0.1:8501"
 
-_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 
 
 def parse_duration(text: str) -> float:
-    """``250ms``, ``1s``, ``0.5``, ``10m``, ``1h`` → seconds."""
+    """``250ms``, ``1s``, ``0.5``, ``10m``, ``1h``, ``7d`` → seconds (the one duration syntax of
+    the command line: watch, db compact, workload from-metrics)."""
     m = _DURATION_RE.match(text)
     if m is None:
         raise argparse.ArgumentTypeError(
-            f"cannot read the duration {text!r}: write e.g. 250ms, 1s, 10m or 1h"
+            f"cannot read the duration {text!r}: write e.g. 250ms, 1s, 10m, 1h or 7d"
         )
     return float(m.group(1)) * _UNITS[m.group(2)]
 

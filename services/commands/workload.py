@@ -27,7 +27,6 @@ import datetime as dt
 import json
 import math
 import os
-import re
 import sys
 import tempfile
 import time
@@ -39,6 +38,7 @@ from analysis.length_mix import LengthDist, describe
 from collectors.loadgen.workloads import load_workload_file
 from errors import InputError
 from services.commands.bench import whole_number
+from services.commands.watch import parse_duration
 from services.views.production_mix import HISTS, production_mix
 from store import sample_series
 from store.db import Store
@@ -57,15 +57,15 @@ EXPORTERS: Final = (
     "sglang:generation_tokens_histogram)"
 )
 
-_WINDOW_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)\s*$")
-_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-
 
 def parse_window(text: str) -> float:
-    """``30m``, ``24h``, ``7d``, ``90s`` → seconds (> 0); an InputError naming the forms."""
-    m = _WINDOW_RE.match(text)
-    seconds = float(m.group(1)) * _UNITS[m.group(2)] if m else 0.0
-    if not m or not seconds > 0:
+    """``30m``, ``24h``, ``7d``, ``90s`` → seconds (> 0; ``watch.parse_duration``'s syntax, the
+    unit required); an InputError naming the forms."""
+    try:
+        seconds = parse_duration(text) if text.strip()[-1:].isalpha() else 0.0
+    except argparse.ArgumentTypeError:
+        seconds = 0.0
+    if not seconds > 0:
         raise InputError(f"--window {text!r} is not a duration", hint=f"give {WINDOW_FORMS}")
     return seconds
 
