@@ -142,6 +142,10 @@ def _capacity_catalogue(conn: sa.Connection) -> None:
     schema.plans.create(conn, checkfirst=True)
 
 
+def _shards(conn: sa.Connection) -> None:
+    conn.execute(sa.text("ALTER TABLE requests ADD COLUMN IF NOT EXISTS host TEXT"))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     (1, "initial schema", _initial),
     (2, "gpu_samples.mem_reserved_bytes (NVML / DCGM reserved memory)", _gpu_reserved_memory),
@@ -160,6 +164,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         "gpu_prices and plans (Plan)",
         _capacity_catalogue,
     ),
+    (8, "requests.host (one run from many hosts: bench --shard)", _shards),
 )
 
 

@@ -99,6 +99,9 @@ requests = sa.Table(
     sa.Column("turn", sa.Integer),
     sa.Column("output_tokens_estimated", sa.Boolean),
     sa.Column("chunks", sa.Integer),  # streamed content chunks
+    # the client host that sent it (migration 8): a run made by several hosts (bench --shard)
+    # has rows of each; NULL for imported runs
+    sa.Column("host", sa.Text),
 )
 
 token_gaps = sa.Table(

@@ -15,6 +15,11 @@ from errors import InputError
 
 APIS = ("chat", "completions")
 TRANSPORTS = ("lean", "httpx")
+#: where read instants come from: the kernel's receive stamp when the platform gives one, else
+#: the event loop's read (auto); kernel (an error where unavailable); loop (always the loop's)
+TIMESTAMPS = ("auto", "kernel", "loop")
+#: a --group name: it names the shared run ids, so the characters of a run id
+_GROUP_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 #: Engine flags of each framework → the normalised vocabulary (DESIGN §6).
 ENGINE_PARAM_ALIASES: dict[str, str] = {
@@ -153,24 +158,49 @@ def parse_list(
 
 @dataclass(frozen=True)
 class LoadLevel:
-    kind: str  # "concurrency" | "rate"
-    value: float
+    kind: str  # "concurrency" | "rate" | "trace"
+    value: float  # streams, requests/s, or the trace's time scale (--trace-speed)
 
     @property
     def label(self) -> str:
-        return f"c={int(self.value)}" if self.kind == "concurrency" else f"rate={self.value:g}/s"
+        if self.kind == "concurrency":
+            return f"c={int(self.value)}"
+        if self.kind == "trace":
+            return f"trace ×{self.value:g}"
+        return f"rate={self.value:g}/s"
 
     @property
     def slug(self) -> str:
-        return f"c{int(self.value)}" if self.kind == "concurrency" else f"r{self.value:g}"
+        if self.kind == "concurrency":
+            return f"c{int(self.value)}"
+        if self.kind == "trace":
+            return f"trace{self.value:g}"
+        return f"r{self.value:g}"
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``--shard 2/3`` → (1, 3): this host's share (numbered from 1 on the command line, from 0
+    inside) of a run that N hosts make together."""
+    index, sep, count = text.strip().partition("/")
+    try:
+        i, n = int(index), int(count)
+    except ValueError:
+        i = n = 0
+    if not sep or n < 1 or not 1 <= i <= n:
+        raise InputError(
+            f"--shard {text!r} is not I/N with 1 ≤ I ≤ N",
+            hint="e.g. --shard 1/3 on the first of three hosts, 2/3 and 3/3 on the others",
+        )
+    return i - 1, n
 
 
 @dataclass(frozen=True)
 class BenchConfig:
     """One ``servescope bench`` invocation: a sweep of load levels, one stored run each.
 
-    Exactly one of ``workload`` / ``dataset`` (or a ready ``workload_spec`` entry), one of
-    ``concurrency`` / ``rate`` and one of ``requests`` / ``duration_s``.
+    Exactly one of ``concurrency`` / ``rate`` / ``trace``. Without a trace, exactly one of
+    ``workload`` / ``dataset`` (or a ready ``workload_spec`` entry) and one of ``requests`` /
+    ``duration_s``; a trace brings its own lengths, and ``requests`` / ``duration_s`` only cut it.
     """
 
     endpoint: str
@@ -196,7 +226,18 @@ class BenchConfig:
     engine_params: Mapping[str, Any] = field(default_factory=dict)
     name: str | None = None
     seed: int = 0
-    workers: int = 1
+    #: measuring processes; None = as many as the load needs and free cores allow (cores.py)
+    workers: int | None = None
+    #: a production trace to replay (``--trace``): its arrivals and lengths (traces.py)
+    trace: str | None = None
+    trace_format: str | None = None  # None: recognised from the file
+    trace_speed: float = 1.0  # 2 = twice as fast (arrival gaps halved)
+    trace_window: tuple[float, float] | None = None  # seconds of the trace, [start, end)
+    #: one run from many hosts: this host's (index from 0, count) and the group naming the run
+    shard: tuple[int, int] | None = None
+    group: str | None = None
+    host_name: str | None = None  # default: socket.gethostname()
+    timestamps: str = "auto"  # TIMESTAMPS
     api_key_env: str | None = None
     timeout_s: float = 600.0
     # live collection during each run (collectors/watch.py): "auto" = the endpoint's /metrics
@@ -228,16 +269,21 @@ class BenchConfig:
         if self.api not in APIS:
             raise InputError(f"--api {self.api!r} unknown; choose one of: {', '.join(APIS)}")
         sources = [x for x in (self.workload, self.dataset, self.workload_spec) if x]
-        if len(sources) != 1:
+        loads = sum(bool(x) for x in (self.concurrency, self.rate, self.trace))
+        if loads != 1:
+            raise InputError(
+                "give exactly one of --concurrency 1,8,32 (closed loop), --rate 2,4,8 "
+                "(requests/s, open loop) or --trace FILE (a production trace's arrivals)"
+            )
+        if self.trace:
+            self._check_trace(sources)
+        elif self.trace_format or self.trace_window is not None or self.trace_speed != 1.0:
+            raise InputError("--trace-format/--trace-speed/--trace-window apply to --trace FILE")
+        elif len(sources) != 1:
             raise InputError(
                 "give exactly one of --workload NAME or --dataset FILE",
                 hint="workloads: short-in-short-out, long-in-short-out, long-in-long-out, "
                 "mixed, shared-prefix, multi-turn",
-            )
-        if bool(self.concurrency) == bool(self.rate):
-            raise InputError(
-                "give exactly one of --concurrency 1,8,32 (closed loop) or --rate 2,4,8 "
-                "(requests/s, open loop)"
             )
         if self.rate and any(not (r > 0 and math.isfinite(r)) for r in self.rate):
             raise InputError(f"--rate values must be > 0 requests/s, got {self.rate}")
@@ -255,7 +301,9 @@ class BenchConfig:
                 raise InputError(f"--burstiness must be > 0, got {self.burstiness}")
         if self.concurrency and self.arrival != "poisson":
             raise InputError("--arrival applies to --rate runs, not to --concurrency")
-        if (self.requests is None) == (self.duration_s is None):
+        if self.requests is not None and self.duration_s is not None:
+            raise InputError("give at most one of --requests N or --duration S")
+        if not self.trace and self.requests is None and self.duration_s is None:
             raise InputError("give exactly one of --requests N or --duration S")
         if self.requests is not None and self.requests < 1:
             raise InputError(f"--requests must be ≥ 1, got {self.requests}")
@@ -266,8 +314,13 @@ class BenchConfig:
             raise InputError(f"--warmup must be ≥ 0, got {self.warmup}")
         if self.max_tokens is not None and self.max_tokens < 1:
             raise InputError(f"--max-tokens must be ≥ 1, got {self.max_tokens}")
-        if self.workers < 1:
-            raise InputError(f"--workers must be ≥ 1, got {self.workers}")
+        if self.workers is not None and self.workers < 1:
+            raise InputError(f"--workers must be ≥ 1 (or auto), got {self.workers}")
+        if self.timestamps not in TIMESTAMPS:
+            raise InputError(
+                f"--timestamps {self.timestamps!r} unknown; choose one of: {', '.join(TIMESTAMPS)}"
+            )
+        self._check_shard()
         if not self.timeout_s > 0:
             raise InputError(f"--timeout must be > 0 seconds, got {self.timeout_s}")
         if not self.collect_interval_s >= 0.25:
@@ -288,6 +341,46 @@ class BenchConfig:
             concurrency_requested=requested,
             engine_params=normalise_engine_params(dict(self.engine_params)),
         )
+
+    def _check_trace(self, sources: list[Any]) -> None:
+        if sources:
+            raise InputError(
+                "--trace gives every request's lengths: drop --workload/--dataset/--workload-file"
+            )
+        if self.arrival != "poisson" or self.burstiness is not None:
+            raise InputError("--arrival/--burstiness apply to --rate runs; a trace has its own")
+        if not (self.trace_speed > 0 and math.isfinite(self.trace_speed)):
+            raise InputError(
+                f"--trace-speed must be a number > 0 (2 = twice as fast), got {self.trace_speed}"
+            )
+        if self.trace_window is not None:
+            start, end = self.trace_window
+            if not (0 <= start < end and math.isfinite(end)):
+                raise InputError(
+                    f"--trace-window {start:g}s:{end:g}s is not START:END with 0 ≤ START < END",
+                    hint="e.g. --trace-window 10m:20m (from the trace's first arrival)",
+                )
+
+    def _check_shard(self) -> None:
+        if self.shard is None:
+            if self.group is not None:
+                raise InputError("--group names a run made by several hosts: give --shard I/N too")
+            return
+        index, count = self.shard
+        if not 0 <= index < count:
+            raise InputError(f"shard {index} of {count}: the index must be 0 ≤ I < N")
+        if not self.group:
+            raise InputError(
+                "--shard needs --group NAME: the name every host of the run gives",
+                hint="e.g. --shard 1/3 --group llama-8b-peak on each of the three hosts",
+            )
+        if not _GROUP_RE.match(self.group):
+            raise InputError(
+                f"--group {self.group!r}: use 1–64 letters, digits, '.', '_' or '-' (it names "
+                "the run ids), starting with a letter or digit"
+            )
+        if self.run_id is not None:
+            raise InputError("a sharded run's id comes from --group; do not set run_id too")
 
     def _capped_concurrency(self) -> tuple[tuple[int, ...], dict[int, tuple[int, ...]]]:
         """The levels' stream counts, each at most ``requests`` (streams beyond the number of
@@ -340,12 +433,16 @@ class BenchConfig:
         ]
 
     def levels(self) -> list[LoadLevel]:
+        if self.trace:
+            return [LoadLevel("trace", float(self.trace_speed))]
         if self.concurrency:
             return [LoadLevel("concurrency", float(c)) for c in self.concurrency]
         return [LoadLevel("rate", float(r)) for r in self.rate]
 
     @property
     def workload_label(self) -> str:
+        if self.trace:
+            return "trace:" + self.trace.replace("\\", "/").rsplit("/", 1)[-1]
         if self.workload:
             return self.workload
         if self.dataset:

@@ -5,9 +5,12 @@ store: finished requests are emitted as compact ``ResultBatch``es (plain tuples 
 sink, every ``batch_interval_s``, so the event loop only does I/O and timing.
 
 Load shapes: closed loop (N streams, each sending its next request when the previous one
-ends) or open loop (arrivals from ``arrivals.offsets``). With W workers, worker w takes the
-requests i ≡ w (mod W) of the same global plan (request specs and arrival times alike), so W
-processes together produce exactly the single-process load.
+ends), open loop (arrivals from ``arrivals.offsets``) or a trace's own arrivals (``kind
+"trace"``: ``WorkerPlan.trace``). The global plan (request specs and arrival times alike) is
+shared out in two steps: shard s of S (``bench --shard s/S``, one per host) takes the requests
+j ≡ s (mod S); worker w of that host's W takes the shard's k-th request when k ≡ w (mod W). So
+the hosts and their processes together produce exactly the single-process load, and a host may
+run any number of workers.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 from array import array
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -25,6 +28,7 @@ from collectors.loadgen import arrivals
 from collectors.loadgen.client import build_body
 from collectors.loadgen.prompts import Calibration
 from collectors.loadgen.sse import StreamAccumulator
+from collectors.loadgen.traces import Trace
 from collectors.loadgen.transport import SendTiming
 from collectors.loadgen.workloads import Conversation, DatasetItem, RequestFactory, Workload
 
@@ -94,8 +98,8 @@ class WorkerPlan:
     endpoint: str
     api: str
     model: str
-    kind: str  # "concurrency" | "rate"
-    value: float  # streams of this worker, or the *global* rate
+    kind: str  # "concurrency" | "rate" | "trace"
+    value: float  # streams of this worker, or the *global* rate (the trace's mean rate)
     arrival: str = "poisson"
     burstiness: float = 1.0
     worker: int = 0
@@ -112,14 +116,32 @@ class WorkerPlan:
     timeout_s: float = 600.0
     api_key: str | None = field(default=None, repr=False)
     transport: str = "lean"  # lean | httpx
+    timestamps: str = "auto"  # auto | kernel | loop (config.TIMESTAMPS)
     batch_interval_s: float = 0.25
     prewarm: bool = True
+    #: this host's share of a multi-host run (``bench --shard shard/shards``; 0/1 = alone)
+    shard: int = 0
+    shards: int = 1
+    #: kind "trace": the arrivals and lengths to replay (scaled and windowed already)
+    trace: Trace | None = None
+
+    def owns(self, index: int) -> bool:
+        """Is request ``index`` of the global plan this worker's (shard first, then worker)?"""
+        return index % self.shards == self.shard and (index // self.shards) % self.workers == (
+            self.worker
+        )
+
+    def global_index(self, local: int) -> int:
+        """The global index of this worker's ``local``-th request (closed loop, seq)."""
+        return (local * self.workers + self.worker) * self.shards + self.shard
 
     def my_count(self) -> int | None:
         if self.requests is None:
             return None
-        n, w, k = self.requests, self.worker, self.workers
-        return max(0, (n - w + k - 1) // k)
+        n, s, shards = self.requests, self.shard, self.shards
+        mine = max(0, (n - s + shards - 1) // shards)  # this shard's share
+        w, k = self.worker, self.workers
+        return max(0, (mine - w + k - 1) // k)
 
 
 @dataclass
@@ -141,6 +163,10 @@ class DriverSummary:
     # taken on this loop is late too (the client, not the server, is slow)
     loop_lag_p50_ms: float | None = None
     loop_lag_p99_ms: float | None = None
+    #: where this worker's read instants came from: "kernel" (the socket's receive stamps) or
+    #: "loop" (the event loop's read), and why, when not the kernel
+    timestamps: str | None = None
+    timestamps_note: str | None = None
 
 
 class Driver:
@@ -164,6 +190,7 @@ class Driver:
             calibration=plan.calibration,
             seed=plan.seed,
             max_tokens=plan.max_tokens,
+            trace=plan.trace,
         )
         self._batch = ResultBatch()
         self._local_seq = 0
@@ -212,6 +239,7 @@ class Driver:
             calibration=plan.calibration,
             seed=plan.seed + 7_919,
             max_tokens=plan.max_tokens,
+            trace=plan.trace,
         )
         todo = iter(range(plan.warmup))
         done = 0
@@ -285,13 +313,18 @@ class Driver:
 
     async def _open(self, start: float) -> None:
         plan = self.plan
-        offsets = arrivals.offsets(plan.arrival, plan.value, plan.burstiness, seed=plan.seed)
-        k, w = plan.workers, plan.worker
+        offsets: Iterable[float]
+        if plan.kind == "trace":
+            assert plan.trace is not None, "a trace level needs WorkerPlan.trace"
+            offsets = plan.trace.offsets
+        else:
+            offsets = arrivals.offsets(plan.arrival, plan.value, plan.burstiness, seed=plan.seed)
+        owns = plan.owns
         self._scheduler = asyncio.current_task()
         index = 0
         pending: list[asyncio.Task[None]] = []
         for offset in offsets:
-            mine = index % k == w
+            mine = owns(index)
             index += 1
             if not mine:
                 continue
@@ -332,10 +365,10 @@ class Driver:
                 raise r
 
     def _my_conversations(self) -> Iterator[int]:
-        i = self.plan.worker
+        local = 0
         while True:
-            yield i
-            i += self.plan.workers
+            yield self.plan.global_index(local)
+            local += 1
 
     async def _conversation(self, conv: Conversation, scheduled: float) -> float:
         """Send the conversation's turns in order; returns when the slot became free again."""
@@ -355,7 +388,7 @@ class Driver:
                 prefix=conv.prefix,
                 ignore_eos=plan.ignore_eos,
             )
-            seq = self._local_seq * plan.workers + plan.worker
+            seq = plan.global_index(self._local_seq)
             self._local_seq += 1
             task = asyncio.current_task()
             assert task is not None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from array import array
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,9 +80,18 @@ def client_bound(
 class RunCollector:
     """Consumes the result batches of one run: rows to the sink, statistics kept."""
 
-    def __init__(self, run_id: str, sink: RowSink, *, recent: int = 2000) -> None:
+    def __init__(
+        self,
+        run_id: str,
+        sink: RowSink,
+        *,
+        recent: int = 2000,
+        row_extra: Mapping[str, Any] | None = None,
+    ) -> None:
         self.run_id = run_id
         self.sink = sink
+        #: columns every request row of this collector carries (e.g. ``host`` of a shard)
+        self.row_extra = dict(row_extra or {})
         self.done = 0
         self.ok = 0
         self.errors = 0  # every request not ok: error, timeout or cancelled
@@ -105,9 +114,12 @@ class RunCollector:
         i_done, i_est = _I["done_at"], _I["output_tokens_estimated"]
         requests: list[dict[str, Any]] = []
         gaps: list[dict[str, Any]] = []
+        extra = self.row_extra
         for row, row_gaps in zip(batch.rows, batch.gaps, strict=True):
             rec = dict(zip(ROW_FIELDS, row, strict=True))
             rec["run_id"] = run_id
+            if extra:
+                rec.update(extra)
             ok = row[i_status] == "ok"
             rec["tpot_ms"] = request_tpot_ms(row[i_e2e], row[i_ttft], row[i_out]) if ok else None
             requests.append(rec)

@@ -40,11 +40,13 @@ from collectors.loadgen.client import (
     split_endpoint,
 )
 from collectors.loadgen.config import BenchConfig, LoadLevel
+from collectors.loadgen.cores import WorkerChoice, auto_workers
 from collectors.loadgen.engine import Driver, DriverSummary, ResultBatch, WorkerPlan
 from collectors.loadgen.progress import ProgressView
 from collectors.loadgen.prompts import DEFAULT_CALIBRATION, PROBE_WORDS, Calibration, fit, words
 from collectors.loadgen.results import RunCollector
 from collectors.loadgen.sse import StreamAccumulator
+from collectors.loadgen.traces import Trace
 from collectors.loadgen.transport import SendTiming
 from collectors.loadgen.worker import make_endpoint, raise_nofile_limit
 from collectors.loadgen.workloads import (
@@ -195,6 +197,7 @@ class Prepared:
     #: the route that named the framework (``EndpointIdentity.source``), and what it named
     identity_source: str | None = None
     identity_framework: str | None = None
+    trace: Trace | None = None  # --trace, scaled, windowed and cut to --requests/--duration
 
 
 def public_endpoint(endpoint: str) -> str:
@@ -316,7 +319,19 @@ def prepare(
     """Resolve the workload/dataset, check the SLO name, find the model, calibrate prompts."""
     workload: Workload | None = None
     dataset: tuple[DatasetItem, ...] | None = None
-    if cfg.workload:
+    trace: Trace | None = None
+    if cfg.trace:
+        from collectors.loadgen.traces import load_trace
+
+        trace = load_trace(
+            cfg.trace,
+            fmt=cfg.trace_format,
+            speed=cfg.trace_speed,
+            window=cfg.trace_window,
+            requests=cfg.requests,
+            duration_s=cfg.duration_s,
+        )
+    elif cfg.workload:
         workload = parse_workload(catalog.get(store, "workloads", cfg.workload))
     elif cfg.workload_spec:
         workload = parse_workload(cfg.workload_spec)
@@ -342,7 +357,7 @@ def prepare(
             model, owned_by = await _discover(ep, cfg)
             identity = await _identify(ep)
             cal = DEFAULT_CALIBRATION
-            if workload is not None and cfg.calibrate:
+            if (workload is not None or trace is not None) and cfg.calibrate:
                 cal = await _probe(ep, cfg, model)
             return model, owned_by, identity, cal
         finally:
@@ -363,6 +378,7 @@ def prepare(
         endpoint_public=public_endpoint(cfg.endpoint),
         api_key=api_key,
         metrics_urls=metrics_urls,
+        trace=trace,
     )
 
 
@@ -409,28 +425,55 @@ def _split(total: int, parts: int) -> list[int]:
     return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
 
 
+def level_load(cfg: BenchConfig, prep: Prepared, level: LoadLevel) -> tuple[str, float, int | None]:
+    """(kind, value, requests) of a level as the workers see it: a trace level is replayed at
+    its mean rate, its length the number of requests; a shard's streams are its share."""
+    if level.kind == "trace":
+        assert prep.trace is not None, "a trace level needs Prepared.trace"
+        return "trace", prep.trace.mean_rate, len(prep.trace)
+    if level.kind == "concurrency" and cfg.shard is not None:
+        index, count = cfg.shard
+        return "concurrency", float(_split(int(level.value), count)[index]), cfg.requests
+    return level.kind, level.value, cfg.requests
+
+
+def choose_workers(cfg: BenchConfig, prep: Prepared, level: LoadLevel) -> WorkerChoice:
+    """``--workers N`` as given, or (auto) what ``cores.auto_workers`` picks for this host's
+    share of the level; never more workers than streams or requests, one when in process."""
+    kind, value, requests = level_load(cfg, prep, level)
+    if cfg.in_process:
+        return WorkerChoice(1, "measured in this process (in_process)")
+    if cfg.workers is not None:
+        choice = WorkerChoice(cfg.workers, f"--workers {cfg.workers}")
+    else:
+        choice = auto_workers(kind, value)
+    n = choice.workers
+    if kind == "concurrency":
+        n = min(n, max(1, int(value)))
+    if requests is not None:
+        n = min(n, max(1, requests))
+    return choice if n == choice.workers else WorkerChoice(n, f"{choice.reason}; capped at {n}")
+
+
 def worker_plans(cfg: BenchConfig, prep: Prepared, level: LoadLevel) -> list[WorkerPlan]:
-    workers = cfg.workers
-    if level.kind == "concurrency":
-        workers = min(workers, int(level.value))
-    if cfg.requests is not None:
-        workers = min(workers, cfg.requests)
-    workers = max(1, workers)
-    streams = _split(int(level.value), workers) if level.kind == "concurrency" else None
+    kind, value, requests = level_load(cfg, prep, level)
+    workers = choose_workers(cfg, prep, level).workers
+    streams = _split(int(value), workers) if kind == "concurrency" else None
     warm = _split(cfg.warmup, workers)
+    shard, shards = cfg.shard or (0, 1)
     return [
         WorkerPlan(
             endpoint=cfg.endpoint,
             api=cfg.api,
             model=prep.model,
-            kind=level.kind,
-            value=float(streams[w]) if streams is not None else level.value,
+            kind=kind,
+            value=float(streams[w]) if streams is not None else value,
             arrival=cfg.arrival,
             burstiness=cfg.burstiness if cfg.burstiness is not None else 1.0,
             worker=w,
             workers=workers,
-            requests=cfg.requests,
-            duration_s=cfg.duration_s,
+            requests=requests,
+            duration_s=cfg.duration_s if kind != "trace" else None,
             warmup=warm[w],
             workload=prep.workload,
             dataset=prep.dataset,
@@ -441,6 +484,10 @@ def worker_plans(cfg: BenchConfig, prep: Prepared, level: LoadLevel) -> list[Wor
             timeout_s=cfg.timeout_s,
             api_key=prep.api_key,
             transport=cfg.transport,
+            timestamps=cfg.timestamps,
+            shard=shard,
+            shards=shards,
+            trace=prep.trace if kind == "trace" else None,
         )
         for w in range(workers)
     ]
@@ -457,7 +504,7 @@ def _client_params(
         "dataset": cfg.dataset,
         "load": {"kind": level.kind, "value": level.value},
         "concurrency_capped": cfg.capped_note(level),
-        "arrival": cfg.arrival if level.kind == "rate" else "concurrency",
+        "arrival": _arrival(cfg, level),
         "burstiness": cfg.burstiness,
         "requests": cfg.requests,
         "duration_s": cfg.duration_s,
@@ -466,9 +513,15 @@ def _client_params(
         "ignore_eos": cfg.ignore_eos,
         "slo": cfg.slo,
         "seed": cfg.seed,
-        "workers": cfg.workers,
+        "workers": choose_workers(cfg, prep, level).workers,
+        "workers_reason": choose_workers(cfg, prep, level).reason,
         "timeout_s": cfg.timeout_s,
         "transport": cfg.transport,
+        "timestamps": cfg.timestamps,
+        "trace": _trace_params(prep.trace) if level.kind == "trace" else None,
+        "shard": {"index": cfg.shard[0] + 1, "count": cfg.shard[1], "group": cfg.group}
+        if cfg.shard is not None
+        else None,
         "auth": bool(prep.api_key),
         "identity_source": prep.identity_source,
         "identity_framework": prep.identity_framework,
@@ -478,6 +531,35 @@ def _client_params(
             "source": prep.calibration.source,
         },
     }
+
+
+def _trace_params(trace: Trace | None) -> dict[str, Any] | None:
+    """What the run records of its trace (never the file's folder)."""
+    if trace is None:
+        return None
+    return {
+        "file": trace.name,
+        "format": trace.format,
+        "sha256": trace.sha256,
+        "speed": trace.speed,
+        "window_s": list(trace.window) if trace.window is not None else None,
+        "requests": len(trace),
+        "span_s": round(trace.span_s, 6),
+        "rows_read": trace.rows_read,
+        "rows_skipped": trace.rows_skipped,
+    }
+
+
+def _arrival(cfg: BenchConfig, level: LoadLevel) -> str:
+    """runs.arrival: concurrency | constant | poisson | gamma | trace."""
+    if level.kind == "trace":
+        return "trace"
+    return cfg.arrival if level.kind == "rate" else "concurrency"
+
+
+def run_host(cfg: BenchConfig) -> str:
+    """The host name this process measures as (``--host-name``, else the machine's)."""
+    return cfg.host_name or socket.gethostname()
 
 
 def _base_run(
@@ -497,10 +579,13 @@ def _base_run(
         "gpu_count": cfg.gpu_count,
         "endpoint": prep.endpoint_public,
         "api": cfg.api,
-        "host": socket.gethostname(),
+        "host": run_host(cfg),
         "workload": cfg.workload_label,
-        "arrival": cfg.arrival if level.kind == "rate" else "concurrency",
-        "target_rate": level.value if level.kind == "rate" else None,
+        "arrival": _arrival(cfg, level),
+        "source_sha256": prep.trace.sha256 if level.kind == "trace" and prep.trace else None,
+        "target_rate": level.value
+        if level.kind == "rate"
+        else (prep.trace.mean_rate if level.kind == "trace" and prep.trace else None),
         "burstiness": (cfg.burstiness or 1.0)
         if level.kind == "rate" and cfg.arrival == "gamma"
         else None,
@@ -731,7 +816,7 @@ def run_level(
     plans = worker_plans(cfg, prep, level)
     run = _base_run(cfg, prep, level, run_id, bench_id)
     writer = ingest.BufferedWriter(store, flush_interval_s=cfg.flush_interval_s, background=True)
-    collector = RunCollector(run_id, writer)
+    collector = RunCollector(run_id, writer, row_extra={"host": run_host(cfg)})
     live = _Live(collector, view)
     writer.add_run(run)
     status = "failed"
@@ -782,7 +867,7 @@ def run_level(
             (s.loop_lag_p99_ms for s in summaries if s.loop_lag_p99_ms is not None), default=None
         )
         verdict = collector.verdict(
-            open_loop=level.kind == "rate", duration_s=duration, loop_lag_p99_ms=loop_lag
+            open_loop=level.kind != "concurrency", duration_s=duration, loop_lag_p99_ms=loop_lag
         )
         cpu = sum(s.cpu_s for s in summaries)
         wall = max((s.wall_s for s in summaries), default=0.0)
@@ -811,6 +896,10 @@ def run_level(
                     "scheduled_rate": verdict.scheduled_rate,
                     "p99_lag_ms": verdict.p99_lag_ms,
                     "p99_loop_lag_ms": loop_lag,
+                    "timestamps": sorted({s.timestamps for s in summaries if s.timestamps}),
+                    "timestamps_notes": sorted(
+                        {s.timestamps_note for s in summaries if s.timestamps_note}
+                    ),
                     "workers": len(plans),
                     "client_cpu_s": round(cpu, 3),
                     "client_cpu_per_worker": round(cpu / wall / len(plans), 3) if wall else None,
@@ -881,7 +970,7 @@ def run_bench(
                 # the random part first: DuckDB keeps min/max statistics of only the first
                 # 8 bytes of a text column, so ids sharing a prefix ("ss-2026…") made every
                 # per-run query scan every run's rows; distinct prefixes let it skip the others
-                base = cfg.run_id or f"{bench_id[:8]}-{stamp}"
+                base = cfg.group or cfg.run_id or f"{bench_id[:8]}-{stamp}"
                 outcome.levels.append(
                     run_level(
                         cfg,

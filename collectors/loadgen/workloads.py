@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from collectors.loadgen.prompts import Calibration, synthesise
+from collectors.loadgen.traces import Trace
 from errors import ConfigError, InputError
 
 DISTS = ("lognormal", "normal", "uniform", "fixed", "histogram")
@@ -561,9 +562,11 @@ class RequestFactory:
         calibration: Calibration,
         seed: int,
         max_tokens: int | None = None,
+        trace: Trace | None = None,
     ) -> None:
-        if (workload is None) == (dataset is None):
+        if trace is None and (workload is None) == (dataset is None):
             raise ConfigError("a run needs exactly one of a workload or a dataset")
+        self.trace = trace
         self.workload = workload
         self.dataset = list(dataset) if dataset is not None else None
         self.cal = calibration
@@ -599,6 +602,14 @@ class RequestFactory:
 
     def conversation(self, index: int) -> Conversation:
         rng = _mix_rng(self.seed, index)
+        if self.trace is not None:
+            # request i of the trace: its own input and output lengths (the output asked for
+            # exactly: max_tokens, with ignore_eos where the engine honours it)
+            n = len(self.trace.input_tokens)
+            target = self.trace.input_tokens[index % n]
+            out = self.max_tokens or self.trace.output_tokens[index % n]
+            text = synthesise(rng, target, self.cal, with_overhead=True)
+            return Conversation(index, [TurnSpec(text, max(1, out), target)], None, "trace")
         if self.dataset is not None:
             item = self.dataset[self._order[index % len(self._order)]]
             mt = self.max_tokens or item.max_tokens or 256

@@ -14,9 +14,11 @@ from collectors.loadgen.config import (
     APIS,
     LIST_FORMS,
     MAX_CONCURRENCY,
+    TIMESTAMPS,
     BenchConfig,
     normalise_engine_params,
     parse_list,
+    parse_shard,
 )
 from collectors.loadgen.workloads import load_workload_file
 from errors import STOP_SIGNALS, ExitCode, InputError
@@ -29,6 +31,10 @@ examples:
       --rate 2,4,8 --arrival gamma --burstiness 0.5 --duration 60 --warmup 20
   servescope bench --endpoint http://127.0.0.1:8000 --workload-file prod.toml \
       --concurrency 8 --requests 500      (prod.toml: `servescope workload from-metrics`)
+  servescope bench --endpoint http://127.0.0.1:8000 --trace AzureLLMInferenceTrace_conv.csv \
+      --trace-speed 2 --trace-window 10m:20m      (a production trace's arrivals and lengths)
+  servescope bench --endpoint http://10.0.0.5:8000 --workload mixed --concurrency 3000 \
+      --duration 300 --shard 1/3 --group peak-3k --db postgresql://...   (on each of 3 hosts)
 One run is stored per load level. Ctrl-C, SIGTERM or SIGHUP stops cleanly, keeping what completed.
 exit codes: 0 every run completed · 2 bad input, endpoint or store unusable (nothing measured)
   · 3 a run failed (no request succeeded, or more than --max-error-rate of them failed)
@@ -80,7 +86,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     p.add_argument("--api", choices=APIS, default="chat", help="chat (default) or completions")
     p.add_argument("--model", metavar="M", help="model name (default: the first of /v1/models)")
-    src = p.add_mutually_exclusive_group(required=True)
+    src = p.add_mutually_exclusive_group()
     src.add_argument(
         "--workload", metavar="NAME", help="a workload of the catalog (seeds/workloads.toml)"
     )
@@ -109,6 +115,30 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         metavar="2,4,8",
         help="open loop: requests/s, one run per value (" + LIST_FORMS + ")",
     )
+    load.add_argument(
+        "--trace",
+        metavar="FILE",
+        help="replay a production trace's arrival times and input/output lengths (one run): "
+        "Azure LLM inference CSV, BurstGPT CSV or Mooncake JSONL; no --workload needed, and "
+        "--requests/--duration only cut it",
+    )
+    p.add_argument(
+        "--trace-format",
+        metavar="F",
+        help="the trace's format when its content does not say: azure, burstgpt or mooncake",
+    )
+    p.add_argument(
+        "--trace-speed",
+        type=float,
+        default=1.0,
+        metavar="X",
+        help="time scale of --trace: 2 replays twice as fast (default 1)",
+    )
+    p.add_argument(
+        "--trace-window",
+        metavar="START:END",
+        help="replay only this part of --trace, from its first arrival: e.g. 10m:20m or 0:90s",
+    )
     p.add_argument(
         "--arrival",
         choices=ARRIVALS,
@@ -118,7 +148,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     p.add_argument(
         "--burstiness", type=float, metavar="B", help="gamma shape (vLLM semantics; 1 = Poisson)"
     )
-    stop = p.add_mutually_exclusive_group(required=True)
+    stop = p.add_mutually_exclusive_group()
     stop.add_argument("--requests", type=whole_number(1), metavar="N", help="requests per level")
     stop.add_argument("--duration", type=float, metavar="S", help="seconds per level")
     p.add_argument(
@@ -171,10 +201,35 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     p.add_argument(
         "--workers",
-        type=whole_number(1),
-        default=1,
-        metavar="N",
-        help="measuring processes sharing the load",
+        type=workers_value,
+        default=None,
+        metavar="N|auto",
+        help="measuring processes sharing the load (default auto: one per 256 streams or "
+        "requests/s, up to the free cores)",
+    )
+    p.add_argument(
+        "--timestamps",
+        choices=TIMESTAMPS,
+        default="auto",
+        help="read instants: the kernel's receive stamps where available (auto, default), "
+        "kernel only (an error elsewhere), or the event loop's reads (loop)",
+    )
+    p.add_argument(
+        "--shard",
+        type=shard_value,
+        metavar="I/N",
+        help="this host's share of one run made by N hosts (with --group and a PostgreSQL "
+        "--db all hosts reach): the hosts start together and each sends every N-th request",
+    )
+    p.add_argument(
+        "--group",
+        metavar="NAME",
+        help="the name every host of a --shard run gives; it names the run ids",
+    )
+    p.add_argument(
+        "--host-name",
+        metavar="NAME",
+        help="the host name recorded on this host's requests (default: the machine's)",
     )
     p.add_argument("--api-key-env", metavar="NAME", help="environment variable holding the API key")
     p.add_argument(
@@ -228,6 +283,43 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     p.set_defaults(func=run)
 
 
+def workers_value(text: str) -> int | None:
+    """An argparse ``type``: ``auto`` (None) or a whole number ≥ 1 (``--workers``)."""
+    if text.strip().lower() == "auto":
+        return None
+    try:
+        return whole_number(1)(text)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"{exc} or auto") from None
+
+
+def shard_value(text: str) -> tuple[int, int]:
+    """An argparse ``type``: ``I/N`` (``--shard``)."""
+    try:
+        return parse_shard(text)
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(f"{exc} ({exc.hint})" if exc.hint else str(exc)) from None
+
+
+def trace_window(text: str) -> tuple[float, float]:
+    """``10m:20m`` / ``0:90s`` → seconds (``--trace-window``)."""
+    from services.commands.watch import parse_duration
+
+    start, sep, end = text.partition(":")
+    if not sep:
+        raise InputError(
+            f"--trace-window {text!r} is not START:END",
+            hint="e.g. --trace-window 10m:20m or 0:90s (from the trace's first arrival)",
+        )
+    try:
+        return (
+            parse_duration(start.strip()) if start.strip() else 0.0,
+            parse_duration(end.strip()),
+        )
+    except argparse.ArgumentTypeError as exc:
+        raise InputError(f"--trace-window {text!r}: {exc}") from None
+
+
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
     if args.arrival is not None and args.concurrency:
         raise InputError("--arrival applies to --rate runs, not to --concurrency")
@@ -261,6 +353,16 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         name=args.name,
         seed=args.seed,
         workers=args.workers,
+        trace=getattr(args, "trace", None),
+        trace_format=getattr(args, "trace_format", None),
+        trace_speed=getattr(args, "trace_speed", 1.0),
+        trace_window=trace_window(args.trace_window)
+        if getattr(args, "trace_window", None)
+        else None,
+        shard=getattr(args, "shard", None),
+        group=getattr(args, "group", None),
+        host_name=getattr(args, "host_name", None),
+        timestamps=getattr(args, "timestamps", "auto"),
         api_key_env=args.api_key_env,
         timeout_s=args.timeout,
         metrics_url=args.metrics_url,

@@ -236,6 +236,7 @@ def test_migrations_upgrade_a_version_1_store_keeping_its_runs(tmp_path: Path) -
         for column in ("spec", "mode", "started_at", "ended_at", "host"):
             conn.execute(sa.text(f"ALTER TABLE sweeps DROP COLUMN {column}"))
         conn.execute(sa.text("ALTER TABLE runs DROP COLUMN data_version"))
+        conn.execute(sa.text("ALTER TABLE requests DROP COLUMN host"))
         conn.execute(sa.text("DROP TABLE run_rollups"))
         conn.execute(sa.text("DROP TABLE store_meta"))
         conn.execute(
@@ -247,7 +248,7 @@ def test_migrations_upgrade_a_version_1_store_keeping_its_runs(tmp_path: Path) -
                 "INSERT INTO requests (run_id, seq, status, ttft_ms) VALUES ('old', 0, 'ok', 7)"
             )
         )
-    assert migrations.migrate(old) == len(migrations.MIGRATIONS) == 7
+    assert migrations.migrate(old) == len(migrations.MIGRATIONS) == 8
     assert sa.inspect(old.engine).has_table("framework_scores")
     assert sa.inspect(old.engine).has_table("sweep_points")
     assert sa.inspect(old.engine).has_table("plans")
