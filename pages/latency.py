@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from errors import ServeScopeError
-from ui import display, latency_panels, state
+from ui import display, latency_panels, measurement_panels, state
 from ui.cache import latency as cache_latency
 from ui.errors import show_error
 
@@ -43,3 +43,5 @@ if view.prefill is not None:
     latency_panels.render_prefill(view, view.prefill)
 if view.diagnosis is not None:
     latency_panels.render_diagnosis(view, view.diagnosis)
+if view.measurement is not None:
+    measurement_panels.render_measurement(view.measurement)

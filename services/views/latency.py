@@ -24,6 +24,7 @@ from analysis.buckets import DEFAULT_EDGES, bucket_labels, parse_edges
 from analysis.metrics import low_confidence, min_samples_for
 from errors import ConfigError
 from services.views import imported_runs
+from services.views.measurement import RunMeasurement, run_measurement
 from services.views.run_window import WINDOW_PARAM, RunWindow, parse_window, run_window
 from store import request_rows, request_stats, runs_table, sample_timelines
 from store.db import Store
@@ -173,6 +174,7 @@ class LatencyView:
     slowest: SlowestRequests | None = None
     prefill: PrefillSplit | None = None
     diagnosis: Diagnosis | None = None
+    measurement: RunMeasurement | None = None  # ServeScope's own runs: how it was measured
 
 
 def latency_view(store: Store, selection: LatencySelection) -> LatencyView:
@@ -221,6 +223,7 @@ def latency_view(store: Store, selection: LatencySelection) -> LatencyView:
         slowest=slowest,
         prefill=prefill,
         diagnosis=_diagnosis(store, run_id, selection, bounds, buckets, over_time, engine, levels),
+        measurement=run_measurement(store, run_id),
     )
 
 
