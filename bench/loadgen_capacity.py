@@ -63,10 +63,21 @@ _TAIL = len(CONTENT) - 1  # a marker can straddle two reads: keep this many byte
 
 
 class Tally:
-    __slots__ = ("errors", "missing_usage", "requests", "tokens", "usage_tokens")
+    __slots__ = (
+        "errors",
+        "itl_ms",
+        "missing_usage",
+        "requests",
+        "tokens",
+        "ttft_ms",
+        "usage_tokens",
+    )
 
     def __init__(self) -> None:
         self.requests = self.tokens = self.usage_tokens = self.missing_usage = self.errors = 0
+        # timed mode (bench/measurement_error.py): each read stamped when the coroutine gets it
+        self.ttft_ms: list[float] = []
+        self.itl_ms: list[float] = []
 
 
 async def _raw_loop(
@@ -75,10 +86,17 @@ async def _raw_loop(
     request: bytes,
     deadline: float,
     t: Tally,
+    count: int | None = None,
+    timed: bool = False,
 ) -> None:
+    """Closed loop on one connection until ``deadline`` (or ``count`` requests); ``timed``:
+    also the TTFT (send → the read holding the first content event) and the gaps between
+    content events (0 for events after the first in one read), by ``perf_counter``."""
     perf = time.perf_counter
+    done = 0
     try:
-        while perf() < deadline:
+        while perf() < deadline and (count is None or done < count):
+            sent = perf()
             writer.write(request)
             head = await reader.readuntil(b"\r\n\r\n")
             if head[9:12] != b"200":
@@ -86,12 +104,22 @@ async def _raw_loop(
                 return
             tokens = 0
             tail = last = b""
+            last_t: float | None = None
             while True:
                 data = await reader.read(262_144)
                 if not data:
                     raise ConnectionError("closed mid-response")
                 seg = tail + data
-                tokens += seg.count(CONTENT)
+                n = seg.count(CONTENT)
+                tokens += n
+                if timed and n:
+                    now = perf()
+                    if last_t is None:
+                        t.ttft_ms.append((now - sent) * 1000.0)
+                    else:
+                        t.itl_ms.append((now - last_t) * 1000.0)
+                    t.itl_ms.extend([0.0] * (n - 1))
+                    last_t = now
                 if seg.endswith(END):
                     break
                 tail, last = seg[-_TAIL:], data
@@ -104,14 +132,18 @@ async def _raw_loop(
                 t.usage_tokens += int(usage.get("completion_tokens") or 0)
             t.tokens += tokens
             t.requests += 1
+            done += 1
     except (OSError, asyncio.IncompleteReadError, ValueError):
         t.errors += 1
     finally:
         writer.close()
 
 
-async def raw_client(url: str, body: bytes, streams: int, duration: float) -> dict[str, float]:
-    """``streams`` closed-loop streams POSTing ``body`` for ``duration`` seconds."""
+async def raw_client(
+    url: str, body: bytes, streams: int, duration: float, count: int | None = None
+) -> dict[str, Any]:
+    """``streams`` closed-loop streams POSTing ``body`` for ``duration`` seconds; with
+    ``count``: ``count`` requests per stream, timed (``ttft_ms`` and ``itl_ms`` lists)."""
     u = urlsplit(url)
     host, port = u.hostname or "127.0.0.1", u.port or 80
     request = (
@@ -124,9 +156,14 @@ async def raw_client(url: str, body: bytes, streams: int, duration: float) -> di
     t = Tally()
     start = time.perf_counter()
     cpu0 = time.process_time()
-    await asyncio.gather(*(_raw_loop(r, w, request, start + duration, t) for r, w in conns))
+    timed = count is not None
+    await asyncio.gather(
+        *(_raw_loop(r, w, request, start + duration, t, count, timed) for r, w in conns)
+    )
     wall = time.perf_counter() - start
     return {
+        "ttft_ms": t.ttft_ms,
+        "itl_ms": t.itl_ms,
         "duration_s": wall,
         "requests": t.requests,
         "tokens": t.tokens,
@@ -144,7 +181,9 @@ def _raw_main() -> int:
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     p = json.loads(sys.stdin.read())
-    res = asyncio.run(raw_client(p["url"], p["body"].encode(), p["streams"], p["duration"]))
+    res = asyncio.run(
+        raw_client(p["url"], p["body"].encode(), p["streams"], p["duration"], p.get("count"))
+    )
     print(json.dumps(res))
     return 0
 
@@ -252,9 +291,17 @@ def run_servescope(
     return out
 
 
-def run_raw(url: str, body: bytes, streams: int, duration: float) -> dict[str, float]:
-    before = server_stats(url, reset=True)
-    params = {"url": url, "body": body.decode(), "streams": streams, "duration": duration}
+def raw_subprocess(
+    url: str, body: bytes, streams: int, duration: float, count: int | None = None
+) -> dict[str, Any]:
+    """``raw_client`` in a subprocess of this one (same CPU affinity), its result."""
+    params = {
+        "url": url,
+        "body": body.decode(),
+        "streams": streams,
+        "duration": duration,
+        "count": count,
+    }
     proc = subprocess.run(
         [sys.executable, __file__, "--raw-client"],
         input=json.dumps(params).encode(),
@@ -264,7 +311,13 @@ def run_raw(url: str, body: bytes, streams: int, duration: float) -> dict[str, f
     )
     if proc.returncode != 0:
         raise RuntimeError(f"raw client failed: {proc.stderr.decode()[-2000:]}")
-    r = json.loads(proc.stdout)
+    result: dict[str, Any] = json.loads(proc.stdout)
+    return result
+
+
+def run_raw(url: str, body: bytes, streams: int, duration: float) -> dict[str, float]:
+    before = server_stats(url, reset=True)
+    r = raw_subprocess(url, body, streams, duration)
     d = r["duration_s"]
     after = server_stats(url, reset=False)
     out = figures(r["tokens"], r["usage_tokens"], r["requests"], d, before, after)
@@ -274,19 +327,19 @@ def run_raw(url: str, body: bytes, streams: int, duration: float) -> dict[str, f
     return out
 
 
-def request_body(model: str) -> bytes:
+def request_body(model: str, input_tokens: int = INPUT_TOKENS, tokens: int = TOKENS) -> bytes:
     """The first request ``servescope bench`` sends for this workload (same shape and size)."""
     from collectors.loadgen.client import build_body
     from collectors.loadgen.prompts import DEFAULT_CALIBRATION
     from collectors.loadgen.workloads import RequestFactory, parse_workload
 
-    spec = {"name": "capacity", "input_tokens": INPUT_TOKENS, "output_tokens": TOKENS}
+    spec = {"name": "capacity", "input_tokens": input_tokens, "output_tokens": tokens}
     factory = RequestFactory(
         workload=parse_workload(spec),
         dataset=None,
         calibration=DEFAULT_CALIBRATION,
         seed=0,
-        max_tokens=TOKENS,
+        max_tokens=tokens,
     )
     conv = factory.conversation(0)
     body, _ = build_body("chat", model, conv.turns[0], prefix=conv.prefix)

@@ -1,62 +1,95 @@
 """Measurement error of the load generator: stored TTFT/ITL percentiles minus the truth.
 
-A loopback mock server (its own process, pinned to the last CPU) streams with TTFT 50 ms and
-ITL 10 ms and records what it actually sent, by its own clock. ``servescope bench`` (the real
-pipeline: worker process, lean transport, store) measures it at 256 and 1,024 streams into a
-temporary DuckDB file; the stored percentiles are compared with the server's record and with
-the nominal values. Medians over repeats.
+A loopback mock server (``sim/mockserver.py``, its own process, pinned to the last CPU) streams
+with TTFT 50 ms and ITL 10 ms and records what it actually sent, by its own clock
+(``record=True``: the instant it wrote each chunk, from the instant it read the request). Two
+clients measure it, both pinned to CPU 0, one after the other in every repeat (interleaved):
 
-Targets at 256 streams: TTFT within 2 ms at P50 and 5 ms at P99; ITL P50 within 0.5 ms.
+- ServeScope: ``run_benchmark`` (worker process, lean transport, store) into a temporary DuckDB
+  file; the stored percentiles are compared with the server's record of the same requests.
+- raw: ``bench/loadgen_capacity.py``'s minimal raw-asyncio client (``raw_client``, timed mode:
+  ``asyncio.open_connection``, each read stamped with ``perf_counter`` when its coroutine gets
+  it), the same request body, streams and requests per stream.
 
-    .venv/bin/python bench/measurement_error.py [--streams 256,1024] [--repeats 3] [--tokens 64]
+Printed: median over repeats of each client's error (client's percentile minus the server's) at
+TTFT P50/P99 and ITL P50/P99, with the load average; every ServeScope run's client-bound flag,
+reason and timestamp source (``tool_summary["timestamps"]``).
+
+Targets: 256 streams TTFT error ≤ 2 ms at P50 and ≤ 5 ms at P99, ITL P50 ≤ 0.5 ms; 1,024
+streams TTFT P50 ≤ 20 ms — or the run flagged client-bound with the reason.
+
+    .venv/bin/python bench/measurement_error.py [--streams 256,1024] [--repeats 3]
+        [--tokens 64] [--requests-per-stream 4] [--timestamps auto|kernel|loop] [--no-pin]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from loadgen_capacity import raw_subprocess, request_body  # noqa: E402
 
 from collectors.loadgen.config import BenchConfig  # noqa: E402
 from collectors.loadgen.runner import run_benchmark  # noqa: E402
-from sim.mockserver import MockServer  # noqa: E402
+from sim.mockserver import MockConfig, MockServer  # noqa: E402
 from store.lifecycle import open_store  # noqa: E402
 
 TTFT_MS, ITL_MS = 50.0, 10.0
+INPUT_TOKENS = 64
+KEYS = ("ttft_p50", "ttft_p99", "itl_p50", "itl_p99")
 
 
-def one(streams: int, tokens: int, requests: int, client_cpu: int | None, server_cpu: int | None):
-    with (
-        tempfile.TemporaryDirectory() as tmp,
-        MockServer(
-            ttft_ms=TTFT_MS, itl_ms=ITL_MS, output_tokens=tokens, record=True, cpu=server_cpu
-        ) as url,
-    ):
+def _stats(url: str, *, reset: bool) -> dict[str, Any]:
+    import urllib.request
+
+    with urllib.request.urlopen(
+        url + "/mock/stats" + ("?reset=1" if reset else ""), timeout=60
+    ) as r:
+        data: dict[str, Any] = json.loads(r.read())
+    return data
+
+
+def _errors(
+    ttft: np.ndarray, itl: np.ndarray, t_ttft: np.ndarray, t_itl: np.ndarray
+) -> dict[str, float]:
+    out = {}
+    for p in (50, 99):
+        out[f"ttft_p{p}"] = float(np.percentile(ttft, p) - np.percentile(t_ttft, p))
+        out[f"itl_p{p}"] = float(np.percentile(itl, p) - np.percentile(t_itl, p))
+    return out
+
+
+def run_servescope(url: str, streams: int, tokens: int, per_stream: int, stamps: str) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
         store = open_store(f"duckdb:///{tmp}/m.duckdb")
         cfg = BenchConfig(
             endpoint=url,
-            workload_spec={"name": "fixed", "input_tokens": 64, "output_tokens": tokens},
+            workload_spec={"name": "fixed", "input_tokens": INPUT_TOKENS, "output_tokens": tokens},
             concurrency=(streams,),
-            requests=requests,
+            requests=streams * per_stream,
             warmup=min(streams, 64),
             calibrate=False,
             max_tokens=tokens,
+            workers=1,
+            timestamps=stamps,
         )
-        server = MockServer.__new__(MockServer)
-        server.url = url
-        server.stats(reset=True)
-        if client_cpu is not None:
-            os.sched_setaffinity(0, {client_cpu})
+        _stats(url, reset=True)
+        load0 = os.getloadavg()[0]
         [run_id] = run_benchmark(cfg, store, progress=False)
-        truth = server.stats()
+        truth = _stats(url, reset=False)
         req = store.read_df("select ttft_ms, status from requests where run_id = :r", {"r": run_id})
         gaps = store.read_df("select gap_ms from token_gaps where run_id = :r", {"r": run_id})
         run = store.read_df(
@@ -64,61 +97,106 @@ def one(streams: int, tokens: int, requests: int, client_cpu: int | None, server
             {"r": run_id},
         )
     ok = req[req.status == "ok"]
-    # the server's record also holds the warm-up requests: compare with the measured ones only
-    t_ttft = np.array(truth["ttft_ms"][-len(ok) :])
-    t_itl = np.array(truth["itl_ms"])
-    m_ttft = ok.ttft_ms.to_numpy()
-    m_itl = gaps.gap_ms.to_numpy()
-    out = {}
-    for p in (50, 99):
-        out[f"ttft_p{p}"] = (np.percentile(m_ttft, p), np.percentile(t_ttft, p))
-        out[f"itl_p{p}"] = (np.percentile(m_itl, p), np.percentile(t_itl, p))
-    out["n"] = (len(ok), len(req))
-    out["bound"] = (bool(run.client_bound[0]), run.client_bound_reason[0])
+    summary = json.loads(run.tool_summary[0])
+    # the server's record also holds the warm-up requests (sent first): compare the rest
+    out: dict[str, Any] = dict(
+        _errors(
+            ok.ttft_ms.to_numpy(),
+            gaps.gap_ms.to_numpy(),
+            np.array(truth["ttft_ms"][-len(ok) :]),
+            np.array(truth["itl_ms"]),
+        )
+    )
+    out["n"] = f"{len(ok)}/{len(req)}"
+    out["bound"] = bool(run.client_bound[0])
+    out["reason"] = run.client_bound_reason[0]
+    out["stamps"] = ",".join(summary.get("timestamps") or ["?"])
+    out["notes"] = "; ".join(summary.get("timestamps_notes") or [])
+    out["load"] = load0
+    return out
+
+
+def run_raw(url: str, body: bytes, streams: int, per_stream: int) -> dict:
+    _stats(url, reset=True)
+    load0 = os.getloadavg()[0]
+    r = raw_subprocess(url, body, streams, 600.0, per_stream)
+    truth = _stats(url, reset=False)
+    out: dict[str, Any] = dict(
+        _errors(
+            np.array(r["ttft_ms"]),
+            np.array(r["itl_ms"]),
+            np.array(truth["ttft_ms"]),
+            np.array(truth["itl_ms"]),
+        )
+    )
+    out["n"] = f"{r['requests']}/{streams * per_stream}"
+    out["load"] = load0
     return out
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--streams", default="256,1024")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--requests-per-stream", type=int, default=4)
+    ap.add_argument("--timestamps", default="auto", choices=("auto", "kernel", "loop"))
     ap.add_argument("--no-pin", action="store_true")
     a = ap.parse_args()
     ncpu = os.cpu_count() or 1
-    client_cpu = None if a.no_pin or ncpu < 2 else 0
-    server_cpu = None if a.no_pin or ncpu < 2 else ncpu - 1
+    pin = not a.no_pin and ncpu >= 2
+    if pin:
+        os.sched_setaffinity(0, {0})  # ServeScope's worker and the raw client inherit it
+    server_cpu = ncpu - 1 if pin else None
+    body = request_body(MockConfig().model, INPUT_TOKENS, a.tokens)
     print(
-        f"mock server: TTFT {TTFT_MS:g} ms, ITL {ITL_MS:g} ms, {a.tokens} tokens per request; "
-        f"client CPU {client_cpu}, server CPU {server_cpu}; medians of {a.repeats} repeats"
+        f"mock server: TTFT {TTFT_MS:g} ms, ITL {ITL_MS:g} ms, {a.tokens} tokens per request, "
+        f"{a.requests_per_stream} requests per stream; clients on CPU {'0' if pin else 'any'}, "
+        f"server on CPU {server_cpu if pin else 'any'}; ServeScope then raw in each of "
+        f"{a.repeats} repeats; errors = client percentile - server percentile (ms), medians",
+        flush=True,
     )
-    header = (
-        f"{'streams':>7} {'metric':>8} {'stored':>9} {'server':>9} {'nominal':>8} "
-        f"{'stored-server':>14} {'stored-nominal':>15}"
-    )
-    print(header)
-    print("-" * len(header))
-    for streams in (int(s) for s in a.streams.split(",")):
-        results = [
-            one(streams, a.tokens, streams * a.requests_per_stream, client_cpu, server_cpu)
-            for _ in range(a.repeats)
-        ]
-        for key, nominal in (
-            ("ttft_p50", TTFT_MS),
-            ("ttft_p99", TTFT_MS),
-            ("itl_p50", ITL_MS),
-            ("itl_p99", ITL_MS),
-        ):
-            stored = statistics.median(r[key][0] for r in results)
-            server = statistics.median(r[key][1] for r in results)
-            diff = statistics.median(r[key][0] - r[key][1] for r in results)
+    t0 = time.time()
+    with MockServer(
+        ttft_ms=TTFT_MS, itl_ms=ITL_MS, output_tokens=a.tokens, record=True, cpu=server_cpu
+    ) as url:
+        for streams in (int(s) for s in a.streams.split(",")):
+            ss: list[dict] = []
+            raw: list[dict] = []
+            for i in range(a.repeats):
+                ss.append(
+                    run_servescope(url, streams, a.tokens, a.requests_per_stream, a.timestamps)
+                )
+                raw.append(run_raw(url, body, streams, a.requests_per_stream))
+                s, r = ss[-1], raw[-1]
+                print(
+                    f"  {streams} streams, repeat {i}: ServeScope ({s['stamps']} stamps, ok "
+                    f"{s['n']}, load {s['load']:.1f}) "
+                    + " ".join(f"{k} {s[k]:+.2f}" for k in KEYS)
+                    + f" | raw (ok {r['n']}, load {r['load']:.1f}) "
+                    + " ".join(f"{k} {r[k]:+.2f}" for k in KEYS),
+                    flush=True,
+                )
+                print(
+                    f"    client-bound: {s['bound']}"
+                    + (f" — {s['reason']}" if s["reason"] else "")
+                    + (f"; timestamp notes: {s['notes']}" if s["notes"] else ""),
+                    flush=True,
+                )
+            head = f"{'streams':>7} {'client':<10} " + " ".join(f"{k:>9}" for k in KEYS)
+            print(head)
+            for name, res in (("ServeScope", ss), ("raw", raw)):
+                print(
+                    f"{streams:>7} {name:<10} "
+                    + " ".join(f"{statistics.median(x[k] for x in res):>+9.2f}" for k in KEYS)
+                )
             print(
-                f"{streams:>7} {key:>8} {stored:>9.2f} {server:>9.2f} {nominal:>8.1f} "
-                f"{diff:>+14.2f} {stored - nominal:>+15.2f}"
+                f"{'':>7} load average (1 min) {min(x['load'] for x in ss + raw):.1f}–"
+                f"{max(x['load'] for x in ss + raw):.1f}; ServeScope flagged client-bound in "
+                f"{sum(x['bound'] for x in ss)}/{len(ss)} runs",
+                flush=True,
             )
-        bound = [r["bound"] for r in results]
-        print(f"{'':>7} requests ok/total: {[r['n'] for r in results]}; client-bound: {bound}")
+    print(f"took {time.time() - t0:.0f} s")
     return 0
 
 

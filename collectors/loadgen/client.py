@@ -24,6 +24,7 @@ from typing import Any
 
 import httpx
 
+from collectors.loadgen.http1 import request_prefix
 from collectors.loadgen.sse import StreamAccumulator
 from collectors.loadgen.transport import (
     FAST_STREAM_EXT,
@@ -34,6 +35,7 @@ from collectors.loadgen.transport import (
 )
 from collectors.loadgen.workloads import TurnSpec
 from collectors.redact import redact
+from errors import ConfigError
 
 _perf = time.perf_counter
 
@@ -147,6 +149,15 @@ def build_body(
     return json.dumps(body, separators=(",", ":")).encode(), sent
 
 
+def _is_sse(headers: list[tuple[bytes, bytes]]) -> bool:
+    """Does a response head declare an SSE body (or no content type, read as one)?"""
+    for name, value in headers:
+        if name.lower() == b"content-type":
+            mime = value.split(b";", 1)[0].strip().lower()
+            return not mime or mime == SSE_TYPE.encode()
+    return True
+
+
 def error_text(status: int, raw: bytes, secrets: Iterable[str] = ()) -> str:
     """A short error message from an error response body (OpenAI-style JSON or text), with
     credentials masked (``redact``) before it is cut to length."""
@@ -175,6 +186,7 @@ class HttpxEndpoint:
         api_key: str | None = None,
         timeout_s: float = 600.0,
         transport: httpx.AsyncBaseTransport | None = None,
+        timestamps: str = "auto",
     ) -> None:
         if api not in API_PATHS:
             raise ValueError(f"unknown api {api!r}")
@@ -182,7 +194,23 @@ class HttpxEndpoint:
         self.url = self.base + API_PATHS[api] + self.query
         self.api = api
         self.secrets = tuple(s for s in (api_key, creds[1] if creds else None) if s)
-        self.transport = transport if transport is not None else LeanTransport()
+        self.transport = (
+            transport if transport is not None else LeanTransport(timestamps=timestamps)
+        )
+        scheme = httpx.URL(self.url).scheme
+        if timestamps == "kernel":
+            why = (
+                self.transport.kernel_reason(scheme)
+                if isinstance(self.transport, LeanTransport)
+                else "the httpx transport (--transport httpx) stamps reads when its coroutine "
+                "sees them"
+            )
+            if why is not None:
+                raise ConfigError(
+                    f"--timestamps kernel is not available for {self.base}: {why}",
+                    hint="use --timestamps auto (kernel stamps where available, the event "
+                    "loop's read instants elsewhere, recorded per run) or --timestamps loop",
+                )
         headers = {"content-type": "application/json", "accept": SSE_TYPE}
         if api_key:
             headers["authorization"] = f"Bearer {api_key}"
@@ -201,6 +229,30 @@ class HttpxEndpoint:
         self._post_url = httpx.URL(self.url)
         self._post_headers = httpx.Headers({**headers, "host": self._post_url.netloc.decode()})
         self._timeout = httpx.Timeout(timeout_s).as_dict()
+        # With the lean transport even the httpx.Request/Response objects are skipped: every
+        # request is this prefix + its Content-Length + its body, handed to the pool as bytes.
+        self._lean = self.transport if isinstance(self.transport, LeanTransport) else None
+        u = self._post_url
+        self._key = (u.scheme, u.host, u.port or (443 if u.scheme == "https" else 80))
+        self._prefix = (
+            request_prefix("POST", u.raw_path.decode("ascii"), list(self._post_headers.raw))
+            + b"Content-Length: "
+        )
+
+    def take_read_delays(self) -> list[int] | None:
+        """How late the loop read the socket after the kernel got the data, since the last
+        call (``rx_stamps.DELAY_EDGES_MS`` histogram), or None without kernel stamps."""
+        if self._lean is None or not self._lean.rx.kernel_conns:
+            return None
+        return self._lean.rx.delays.take()
+
+    def timestamp_source(self) -> tuple[str | None, str | None]:
+        """("kernel" | "loop", why not the kernel) of the reads so far (None before any)."""
+        if self._lean is not None:
+            return self._lean.source
+        return "loop", (
+            "the httpx transport (--transport httpx) stamps reads when its coroutine sees them"
+        )
 
     def redact(self, text: str) -> str:
         """``text`` with this endpoint's credentials (and any credential-looking value) masked."""
@@ -220,6 +272,22 @@ class HttpxEndpoint:
         ``timing.sent`` is the instant the request was written (or just before ``send`` when
         the transport does not report it).
         """
+        lean = self._lean
+        if lean is not None:
+            data = self._prefix + str(len(body)).encode("ascii") + b"\r\n\r\n" + body
+            head, stream = await lean.send(self._key, data, "POST", timing, self._timeout)
+            status = head.status
+            timing.status = status
+            if status < 300 and _is_sse(head.headers):
+                try:
+                    await stream.consume(acc.feed, lambda: acc.first_t is None)
+                    acc.finish()
+                    problem = acc.problem()
+                    return status, self.redact(problem) if problem is not None else None
+                finally:
+                    await stream.aclose()
+            response = httpx.Response(status_code=status, headers=head.headers, stream=stream)
+            return await self._read(response, acc)
         request = httpx.Request(
             "POST",
             self._post_url,
@@ -232,6 +300,11 @@ class HttpxEndpoint:
         if timing.sent is None:
             timing.sent = t0
         timing.status = response.status_code
+        return await self._read(response, acc)
+
+    async def _read(
+        self, response: httpx.Response, acc: StreamAccumulator
+    ) -> tuple[int, str | None]:
         try:
             status = response.status_code
             if status >= 300:
@@ -244,9 +317,9 @@ class HttpxEndpoint:
                 raw = await response.aread()
                 acc.last_byte_t = _perf()
                 return status, self._not_a_stream(status, mime, raw, acc)
-            fast = response.extensions.get(FAST_STREAM_EXT)
+            fast = response.extensions.get(FAST_STREAM_EXT, response.stream)
             if isinstance(fast, LeanStream):
-                await fast.consume(acc.feed)
+                await fast.consume(acc.feed, lambda: acc.first_t is None)
             else:
                 async for data in response.aiter_raw():
                     acc.feed(data, _perf())

@@ -148,6 +148,20 @@ class WorkerPlan:
 class ResultBatch:
     rows: list[tuple[Any, ...]] = field(default_factory=list)
     gaps: list[array[float]] = field(default_factory=list)
+    #: what the client-bound verdict needs besides the rows (``results.RunCollector``):
+    #: the worker, its read-instant source ("kernel" | "loop" | None before any read) ...
+    worker: int = 0
+    timestamps: str | None = None
+    #: ... content events of the rows, and how many of them came in one read with the
+    #: previous one (a 0 ms gap: the loop read later than the gap between them) ...
+    events: int = 0
+    same_read: int = 0
+    #: ... how late the loop read the socket after the kernel got the data since the last
+    #: batch (``rx_stamps.DELAY_EDGES_MS`` histogram; kernel stamps only) ...
+    read_delays: list[int] | None = None
+    #: ... and the worker's CPU and wall seconds since its run started
+    cpu_s: float = 0.0
+    wall_s: float = 0.0
 
 
 @dataclass
@@ -202,6 +216,8 @@ class Driver:
         self._scheduler: asyncio.Task[Any] | None = None
         self._collect_text = bool(plan.workload and plan.workload.multi_turn)
         self.summary = DriverSummary()
+        self._start = 0.0
+        self._cpu0 = 0.0
 
     # --- control ------------------------------------------------------------------------
 
@@ -272,6 +288,7 @@ class Driver:
                 await asyncio.sleep(delay)
         start = self.clock.perf()
         cpu0 = time.process_time()
+        self._start, self._cpu0 = start, cpu0
         self.summary.started_at = self.clock.epoch(start)
         if plan.duration_s is not None:
             self._deadline = start + plan.duration_s
@@ -296,20 +313,47 @@ class Driver:
         self.summary.wall_s = end - start
         self.summary.cpu_s = time.process_time() - cpu0
         self.summary.sent = self._issued
+        self.summary.timestamps, self.summary.timestamps_note = self._timestamp_source()
         return self.summary
+
+    def _timestamp_source(self) -> tuple[str | None, str | None]:
+        source = getattr(self.endpoint, "timestamp_source", None)
+        return source() if callable(source) else (None, None)
 
     async def _closed(self, start: float, streams: int) -> None:
         conv_ids = self._my_conversations()
+        loop = asyncio.get_running_loop()
 
         async def stream_loop() -> None:
             # closed loop: a request is due when its stream is free; the first one when the
             # stream starts (the loop starts every stream at once, and only then can send)
             scheduled = self.clock.perf()
-            while self._may_issue():
+            ready: list[tuple[Conversation, bytes]] = []
+
+            def prepare() -> None:
                 conv = self.factory.conversation(next(conv_ids))
-                scheduled = await self._conversation(conv, scheduled)
+                ready.append((conv, self._first_body(conv)))
+
+            prepare()
+            while self._may_issue():
+                if not ready:  # its preparation failed (the error is raised here)
+                    prepare()
+                conv, body = ready.pop()
+                # The next request is prepared while this one waits for its first token, not
+                # when it ends: in a closed loop of equal lengths every stream ends in the same
+                # few ms, and building all their requests then would hold the loop there.
+                # (call_soon runs it once this stream's request has been written.)
+                loop.call_soon(prepare)
+                scheduled = await self._conversation(conv, scheduled, body)
 
         await self._guard(*(stream_loop() for _ in range(max(1, streams))))
+
+    def _first_body(self, conv: Conversation) -> bytes:
+        plan = self.plan
+        body, _ = build_body(
+            plan.api, plan.model, conv.turns[0], prefix=conv.prefix, ignore_eos=plan.ignore_eos
+        )
+        return body
 
     async def _open(self, start: float) -> None:
         plan = self.plan
@@ -370,8 +414,11 @@ class Driver:
             yield self.plan.global_index(local)
             local += 1
 
-    async def _conversation(self, conv: Conversation, scheduled: float) -> float:
-        """Send the conversation's turns in order; returns when the slot became free again."""
+    async def _conversation(
+        self, conv: Conversation, scheduled: float, first_body: bytes | None = None
+    ) -> float:
+        """Send the conversation's turns in order; returns when the slot became free again.
+        ``first_body``: the first turn's body, built ahead (``_first_body``)."""
         plan = self.plan
         history: list[dict[str, str]] = []
         carry = bool(plan.workload and plan.workload.multi_turn and plan.workload.history == "full")
@@ -380,14 +427,17 @@ class Driver:
             if not self._may_issue():
                 break
             self._issued += 1
-            body, _ = build_body(
-                plan.api,
-                plan.model,
-                turn,
-                history=history,
-                prefix=conv.prefix,
-                ignore_eos=plan.ignore_eos,
-            )
+            if turn_no == 0 and first_body is not None:
+                body = first_body
+            else:
+                body, _ = build_body(
+                    plan.api,
+                    plan.model,
+                    turn,
+                    history=history,
+                    prefix=conv.prefix,
+                    ignore_eos=plan.ignore_eos,
+                )
             seq = plan.global_index(self._local_seq)
             self._local_seq += 1
             task = asyncio.current_task()
@@ -498,13 +548,28 @@ class Driver:
                 acc.chunks,
             )
         )
-        self._batch.gaps.append(acc.gaps_ms)
+        gaps = acc.gaps_ms
+        batch = self._batch
+        batch.gaps.append(gaps)
+        batch.events += acc.chunks
+        if gaps:
+            batch.same_read += gaps.count(0.0)
 
     # --- emitting -----------------------------------------------------------------------
 
     def _flush(self) -> None:
-        if self._batch.rows:
-            batch, self._batch = self._batch, ResultBatch()
+        batch = self._batch
+        take = getattr(self.endpoint, "take_read_delays", None)
+        delays = take() if callable(take) else None
+        if delays is not None and any(delays):
+            batch.read_delays = delays
+        if batch.rows or batch.read_delays:
+            batch.worker = self.plan.worker
+            batch.timestamps = self._timestamp_source()[0]
+            if self._start:
+                batch.cpu_s = time.process_time() - self._cpu0
+                batch.wall_s = self.clock.perf() - self._start
+            self._batch = ResultBatch()
             self.emit(batch)
 
     async def _probe_loop(self, lags: array[float], interval: float = 0.005) -> None:

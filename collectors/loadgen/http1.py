@@ -176,6 +176,17 @@ class ChunkedDecoder:
         return out[0] if len(out) == 1 else b"".join(out)
 
 
+def request_prefix(method: str, target: str, headers: list[tuple[bytes, bytes]]) -> bytes:
+    """The request line and headers but Content-Length and Transfer-Encoding, each line ending
+    with CRLF: what every request of one endpoint shares (``+ b"Content-Length: N\\r\\n\\r\\n"
+    + body`` completes one)."""
+    parts = [f"{method} {target} HTTP/1.1\r\n".encode("ascii")]
+    for name, value in headers:
+        if name.lower() not in (b"content-length", b"transfer-encoding"):
+            parts.append(name + b": " + value + b"\r\n")
+    return b"".join(parts)
+
+
 def request_head(
     method: str, target: str, headers: list[tuple[bytes, bytes]], body_length: int
 ) -> bytes:

@@ -3,8 +3,17 @@
 Runs in the coordinating process (never in the measuring event loop): it turns each
 ``ResultBatch`` into ``requests`` and ``token_gaps`` rows for a ``RowSink`` (the store's
 ``BufferedWriter``), keeps what the progress bar and the run row need, and decides whether the
-client kept up (DESIGN §5/§6): a run is client-bound when it sent at < 95% of the
-scheduled rate or its P99 client lag exceeded 10 ms.
+client kept up (DESIGN §5/§6, docs/timing.md). A run is client-bound when
+
+- it sent at < 95% of the scheduled rate, or its P99 client lag (send − schedule) exceeded
+  10 ms: the server saw a different load than asked;
+- its worker used ≥ 95% of a core: what it sent and when was limited by the client;
+- with the kernel's receive stamps: more than 1% of the content events were read in one read
+  with the previous event while the loop read the socket over 1 ms late at P99 — their gaps are
+  stored as 0 ms, so ITL below the loop's delay is not resolved (a late loop alone no longer
+  makes stamps late);
+- with the event loop's stamps (https, ``--timestamps loop``): the loop woke over 10 ms late at
+  P99 — every read instant is that late.
 """
 
 from __future__ import annotations
@@ -17,11 +26,15 @@ from typing import Any
 
 from analysis.metrics import percentile, request_tpot_ms
 from collectors.loadgen.engine import ROW_FIELDS, ResultBatch
+from collectors.loadgen.rx_stamps import DELAY_EDGES_MS, delay_percentile
 from collectors.row_sink import RowSink
 
 RATE_TOLERANCE = 0.95
 MAX_P99_LAG_MS = 10.0
-MAX_P99_LOOP_LAG_MS = 10.0  # the measuring event loop's own wake-up delay
+MAX_P99_LOOP_LAG_MS = 10.0  # the measuring event loop's own wake-up delay (loop stamps)
+MAX_CPU_SHARE = 0.95  # of one core, by one worker
+MAX_SAME_READ_SHARE = 0.01  # content events read together with the previous one ...
+MIN_READ_DELAY_MS = 1.0  # ... while the loop read the socket this late at P99 (kernel stamps)
 
 _I = {name: i for i, name in enumerate(ROW_FIELDS)}
 
@@ -43,8 +56,17 @@ def client_bound(
     open_loop: bool,
     duration_s: float | None = None,
     loop_lag_p99_ms: float | None = None,
+    timestamps: str | None = None,
+    read_delay_p99_ms: float | None = None,
+    events: int = 0,
+    same_read: int = 0,
+    cpu_share: float | None = None,
 ) -> ClientBound:
-    """Did the client keep up? Compares the send rate with the schedule's, and the P99 lag.
+    """Did the client keep up? See the module docstring for the rules; ``timestamps`` is the
+    read instants' source ("kernel" | "loop"; None: not known, judged as "loop"),
+    ``read_delay_p99_ms`` how late the loop read the socket after the kernel got the data,
+    ``same_read`` of ``events`` content events came in one read with the previous one,
+    ``cpu_share`` the busiest worker's CPU over its wall time.
 
     ``achieved_rate`` is requests sent per second: over the span of the sends for an open loop
     (compared with the schedule's own span, so that the randomness of a Poisson sample does not
@@ -69,12 +91,35 @@ def client_bound(
     p99 = percentile(lag_ms, 99.0) if len(lag_ms) else None
     if p99 is not None and p99 > MAX_P99_LAG_MS:
         reasons.append(f"P99 client lag {p99:.1f} ms > {MAX_P99_LAG_MS:g} ms")
-    if loop_lag_p99_ms is not None and loop_lag_p99_ms > MAX_P99_LOOP_LAG_MS:
+    if cpu_share is not None and cpu_share >= MAX_CPU_SHARE:
+        reasons.append(
+            f"a worker process used {cpu_share:.0%} of a core (≥ {MAX_CPU_SHARE:.0%}): the "
+            "client limited how much and when it sent (--workers N spreads the streams)"
+        )
+    if timestamps == "kernel":
+        share = same_read / events if events else 0.0
+        if (
+            share > MAX_SAME_READ_SHARE
+            and read_delay_p99_ms is not None
+            and read_delay_p99_ms > MIN_READ_DELAY_MS
+        ):
+            reasons.append(
+                f"{share:.1%} of the content events were read together with the previous one "
+                f"(the event loop read the socket up to {_ms(read_delay_p99_ms)} after the data "
+                "arrived, at P99): those token gaps are stored as 0 ms and ITL shorter than "
+                "the loop's delay is not resolved"
+            )
+    elif loop_lag_p99_ms is not None and loop_lag_p99_ms > MAX_P99_LOOP_LAG_MS:
         reasons.append(
             f"the client's event loop woke {loop_lag_p99_ms:.1f} ms late at P99 "
-            f"(> {MAX_P99_LOOP_LAG_MS:g} ms): its timestamps, TTFT and ITL included, run late"
+            f"(> {MAX_P99_LOOP_LAG_MS:g} ms) and its reads are stamped by the loop"
+            f"{'' if timestamps else ' (source unknown)'}: TTFT and ITL run late by as much"
         )
     return ClientBound(bool(reasons), "; ".join(reasons) or None, achieved, scheduled, p99)
+
+
+def _ms(edge: float) -> str:
+    return f"{edge:g} ms" if edge != float("inf") else f"over {DELAY_EDGES_MS[-1]:g} ms"
 
 
 class RunCollector:
@@ -105,8 +150,40 @@ class RunCollector:
         self.last_done: float | None = None
         self.recent_ttft: deque[float] = deque(maxlen=recent)
         self.gap_rows = 0
+        # what the batches say about the client itself (see ``client_bound``)
+        self.timestamps: set[str] = set()
+        self.events = 0
+        self.same_read = 0
+        self.read_delays = [0] * (len(DELAY_EDGES_MS) + 1)
+        self.worker_cpu: dict[int, tuple[float, float]] = {}  # worker → (cpu s, wall s)
+
+    def _client_stats(self, batch: ResultBatch) -> None:
+        if batch.timestamps:
+            self.timestamps.add(batch.timestamps)
+        self.events += batch.events
+        self.same_read += batch.same_read
+        if batch.read_delays:
+            for i, c in enumerate(batch.read_delays[: len(self.read_delays)]):
+                self.read_delays[i] += c
+        if batch.wall_s > 0:
+            self.worker_cpu[batch.worker] = (batch.cpu_s, batch.wall_s)
+
+    @property
+    def read_delay_p99_ms(self) -> float | None:
+        """How late the loop read the socket after the kernel got the data, P99 (upper edge
+        of its histogram bin; kernel stamps only)."""
+        return delay_percentile(self.read_delays, 99.0)
+
+    @property
+    def cpu_share(self) -> float | None:
+        """The busiest worker's CPU seconds over its wall seconds, so far."""
+        shares = [cpu / wall for cpu, wall in self.worker_cpu.values() if wall >= 0.5]
+        return max(shares) if shares else None
 
     def add(self, batch: ResultBatch) -> None:
+        self._client_stats(batch)
+        if not batch.rows:
+            return
         run_id = self.run_id
         i_seq, i_status = _I["seq"], _I["status"]
         i_sent, i_sched, i_lag = _I["sent_at"], _I["scheduled_at"], _I["lag_ms"]
@@ -168,6 +245,7 @@ class RunCollector:
         duration_s: float | None,
         loop_lag_p99_ms: float | None = None,
     ) -> ClientBound:
+        source = "loop" if "loop" in self.timestamps else "kernel" if self.timestamps else None
         return client_bound(
             self.sent_at,
             self.scheduled_at,
@@ -175,4 +253,9 @@ class RunCollector:
             open_loop=open_loop,
             duration_s=duration_s,
             loop_lag_p99_ms=loop_lag_p99_ms,
+            timestamps=source,
+            read_delay_p99_ms=self.read_delay_p99_ms,
+            events=self.events,
+            same_read=self.same_read,
+            cpu_share=self.cpu_share,
         )

@@ -6,9 +6,17 @@ origin, TLS for https) instead of going through httpcore's connection pool, whos
 overhead limits one client to ~17k SSE events/s at 256 streams.
 
 Timing: the instant a request's bytes are handed to the socket is written into the request's
-``SendTiming`` extension (``TIMING_EXT``); every body read is stamped with
-``time.perf_counter()`` inside ``data_received``, i.e. when the event loop reads the socket,
-not when a coroutine later gets round to it. A response carries its ``LeanStream`` under
+``SendTiming`` extension (``TIMING_EXT``). Every body read is stamped, on the
+``time.perf_counter()`` timeline, with the instant the *kernel* received its data where it can
+(``timestamps="auto"`` or ``"kernel"``, plain ``http://`` on Linux: the connection is a
+``_KernelSocket``, read with ``recvmsg`` from ``loop.add_reader`` so that each read carries its
+``SO_TIMESTAMPNS`` stamp, see ``rx_stamps``), else with the instant the event loop read the
+socket (``data_received``: https, other systems, ``timestamps="loop"``). ``LeanTransport.source``
+says which, and why not the kernel. One read that drains several queued segments carries the
+last one's stamp; while the first content event of a response is awaited (``consume``'s
+``first_pending``), a one-byte ``MSG_PEEK`` also fetches the first segment's stamp, and the read's
+first SSE event is handed over with it (see docs/timing.md). A response carries its
+``LeanStream`` under
 ``FAST_STREAM_EXT``: ``await stream.consume(sink)`` hands every de-chunked body piece and its
 read instant to ``sink`` straight from the protocol callback (no coroutine switch per chunk).
 ``aiter_raw()`` and friends work as with any transport.
@@ -18,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import ssl
 import time
 from collections import deque
@@ -34,6 +43,14 @@ from collectors.loadgen.http1 import (
     parse_head,
     request_head,
 )
+from collectors.loadgen.rx_stamps import (
+    CMSG_SIZE,
+    ReadDelays,
+    RealtimeMap,
+    enable,
+    kernel_unavailable_reason,
+    stamp_of,
+)
 
 TIMING_EXT = "servescope.timing"
 #: seconds a TLS handshake may take once TCP is connected: a handshake takes milliseconds (a
@@ -44,6 +61,14 @@ FAST_STREAM_EXT = "servescope.stream"
 
 ChunkSink = Callable[[bytes, float], None]
 _perf = time.perf_counter
+#: bytes asked of one ``recvmsg`` (each call allocates this much before trimming)
+READ_SIZE = 65_536
+_MSG_PEEK = getattr(socket, "MSG_PEEK", 2)
+TIMESTAMPS = ("auto", "kernel", "loop")
+
+
+class KernelStampsUnavailable(httpx.ConnectError):
+    """``timestamps="kernel"`` asked for where the kernel cannot stamp reads."""
 
 
 class SendTiming:
@@ -83,6 +108,11 @@ class _Connection(asyncio.Protocol):
         self.waiter: asyncio.Future[None] | None = None
         self.body_done = False
         self.error: Exception | None = None
+        #: set by ``LeanStream.consume``: True while the first content event is awaited (the
+        #: kernel path then peeks for the first queued segment's stamp)
+        self.first_pending: Callable[[], bool] | None = None
+        #: reads whose first SSE event was handed over with the first segment's stamp
+        self.first_splits = 0
 
     # --- asyncio.Protocol ---------------------------------------------------------------
 
@@ -91,9 +121,13 @@ class _Connection(asyncio.Protocol):
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
-        t = _perf()
+        self.received(data, _perf(), None)
+
+    def received(self, data: bytes, t: float, first: float | None) -> None:
+        """``data`` read at ``t``; ``first``: the first queued segment's stamp when the read
+        drained several (kernel path, earlier than ``t``), else None."""
         if self.state == _BODY:
-            self._body(data, t)
+            self._body(data, t, first)
             return
         if self.state == _CLOSED:
             return
@@ -130,7 +164,7 @@ class _Connection(asyncio.Protocol):
         if head.content_length == 0:
             self._end_body()
         elif buf:
-            self._body(buf, t)
+            self._body(buf, t, None)
 
     def eof_received(self) -> bool | None:
         return False
@@ -154,7 +188,7 @@ class _Connection(asyncio.Protocol):
 
     # --- body ---------------------------------------------------------------------------
 
-    def _body(self, data: bytes, t: float) -> None:
+    def _body(self, data: bytes, t: float, first: float | None) -> None:
         dec = self._chunked
         done = False
         if dec is not None:
@@ -175,14 +209,25 @@ class _Connection(asyncio.Protocol):
         else:
             out = data
         if out:
-            sink = self.sink
-            if sink is not None:
-                sink(out, t)
-            else:
-                self.pending.append((out, t))
-                self._wake()
+            if first is not None:
+                # several segments in one read: the first SSE event came in the first of them
+                # (servers write one event per write), so it gets that segment's stamp
+                end = out.find(b"\n\n")
+                if 0 <= end < len(out) - 2:
+                    self.first_splits += 1
+                    self._deliver(out[: end + 2], first)
+                    out = out[end + 2 :]
+            self._deliver(out, t)
         if done:
             self._end_body()
+
+    def _deliver(self, out: bytes, t: float) -> None:
+        sink = self.sink
+        if sink is not None:
+            sink(out, t)
+        else:
+            self.pending.append((out, t))
+            self._wake()
 
     def _end_body(self) -> None:
         if self.state == _BODY:
@@ -222,6 +267,7 @@ class _Connection(asyncio.Protocol):
         self.got_bytes = False
         self.head = None
         self.sink = None
+        self.first_pending = None
         self.pending.clear()
         self.body_done = False
         self.error = None
@@ -246,6 +292,149 @@ class _Connection(asyncio.Protocol):
             self.transport.abort()
 
 
+class _KernelSocket(asyncio.Transport):
+    """A plain TCP connection whose reads carry the kernel's receive stamps.
+
+    asyncio's own socket transport reads with ``recv`` (no ancillary data), so this one owns
+    the socket: ``loop.add_reader`` calls ``_read_ready``, which reads with ``recvmsg`` and
+    hands ``_Connection.received`` the data with its stamp on the perf_counter timeline.
+    Writes go straight to the socket (``send``), the rest, if any, from ``loop.add_writer``.
+    """
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        sock: socket.socket,
+        protocol: _Connection,
+        rx: RxStats,
+    ) -> None:
+        super().__init__()
+        self._loop = loop
+        self._sock: socket.socket | None = sock
+        self._fd = sock.fileno()
+        self._protocol = protocol
+        self._rx = rx
+        self._wbuf = bytearray()
+        self._closing = False
+        protocol.connection_made(self)
+        loop.add_reader(self._fd, self._read_ready)
+
+    def _read_ready(self) -> None:
+        sock = self._sock
+        if sock is None:
+            return
+        conn = self._protocol
+        first_real: float | None = None
+        try:
+            pending = conn.first_pending
+            if conn.state == _BODY and pending is not None and pending():
+                _d, anc, _f, _a = sock.recvmsg(1, CMSG_SIZE, _MSG_PEEK)
+                first_real = stamp_of(anc)
+            data, anc, _f, _a = sock.recvmsg(READ_SIZE, CMSG_SIZE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._close(exc)
+            return
+        if not data:
+            self._close(None)  # end of stream: as asyncio's eof_received returning False
+            return
+        now = _perf()
+        rx = self._rx
+        real = stamp_of(anc)
+        if real is None:
+            rx.unstamped += 1
+            conn.received(data, now, None)
+            return
+        offset = rx.clock.offset
+        t = real - offset
+        if t > now:  # a clock step since the last offset check: never later than the read
+            t = now
+        rx.delays.add(now - t)
+        first: float | None = None
+        if first_real is not None:
+            first = first_real - offset
+            if first >= t:
+                first = None
+        conn.received(data, t, first)
+
+    def _write_ready(self) -> None:
+        sock = self._sock
+        if sock is None:
+            return
+        try:
+            n = sock.send(self._wbuf)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._close(exc)
+            return
+        del self._wbuf[:n]
+        if not self._wbuf:
+            self._loop.remove_writer(self._fd)
+
+    def _close(self, exc: Exception | None) -> None:
+        sock = self._sock
+        if sock is None:
+            return
+        self._sock = None
+        self._closing = True
+        self._loop.remove_reader(self._fd)
+        if self._wbuf:
+            self._loop.remove_writer(self._fd)
+            self._wbuf.clear()
+        sock.close()
+        self._loop.call_soon(self._protocol.connection_lost, exc)
+
+    # --- asyncio.Transport (what _Connection uses) ---------------------------------------
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        sock = self._sock
+        if sock is None:
+            return
+        if not self._wbuf:
+            try:
+                n = sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                n = 0
+            except OSError as exc:
+                self._close(exc)
+                return
+            if n == len(data):
+                return
+            data = memoryview(data)[n:]
+            self._loop.add_writer(self._fd, self._write_ready)
+        self._wbuf += data
+
+    def is_closing(self) -> bool:
+        return self._closing
+
+    def close(self) -> None:
+        self._close(None)
+
+    def abort(self) -> None:
+        self._close(None)
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        if name == "socket":
+            return self._sock
+        return default
+
+
+class RxStats:
+    """One transport's receive-stamp state: the clock map and what its reads saw."""
+
+    __slots__ = ("clock", "delays", "kernel_conns", "loop_conns", "notes", "unstamped")
+
+    def __init__(self) -> None:
+        self.clock = RealtimeMap(_perf)
+        self.delays = ReadDelays()  # loop read instant minus kernel stamp, every stamped read
+        self.unstamped = 0  # kernel-path reads that came without a stamp (loop's instant used)
+        self.kernel_conns = 0
+        self.loop_conns = 0
+        self.notes: set[str] = set()
+
+
 class LeanStream(httpx.AsyncByteStream):
     """The body of one response; ``consume`` is the zero-switch fast path."""
 
@@ -255,17 +444,22 @@ class LeanStream(httpx.AsyncByteStream):
         self._read_timeout = read_timeout
         self._closed = False
 
-    async def consume(self, sink: ChunkSink) -> None:
+    async def consume(
+        self, sink: ChunkSink, first_pending: Callable[[], bool] | None = None
+    ) -> None:
         """Feed every body piece with its read instant to ``sink``; return at the body's end.
 
         Pieces that arrived before this call are replayed with their own instants. Raises the
-        httpx error that ended the body early (reset, truncated stream).
+        httpx error that ended the body early (reset, truncated stream). ``first_pending``
+        (True while the first content event is awaited) lets the kernel path stamp that event
+        with its own segment's instant when it shares a read with later ones.
         """
         conn = self._conn
         while conn.pending:
             data, t = conn.pending.popleft()
             sink(data, t)
         conn.sink = sink
+        conn.first_pending = first_pending
         try:
             while not conn.body_done:
                 if conn.error is not None:
@@ -278,6 +472,7 @@ class LeanStream(httpx.AsyncByteStream):
                     conn.waiter = None
         finally:
             conn.sink = None
+            conn.first_pending = None
         if conn.error is not None and not conn.body_done:
             raise conn.error
 
@@ -329,11 +524,32 @@ class LeanTransport(httpx.AsyncBaseTransport):
         *,
         ssl_context: ssl.SSLContext | None = None,
         tls_handshake_timeout_s: float = TLS_HANDSHAKE_TIMEOUT_S,
+        timestamps: str = "auto",
     ) -> None:
+        if timestamps not in TIMESTAMPS:
+            raise ValueError(
+                f"timestamps must be one of {', '.join(TIMESTAMPS)}, not {timestamps!r}"
+            )
         self._ssl_context = ssl_context
         self._tls_timeout = tls_handshake_timeout_s
+        self.timestamps = timestamps
+        self.rx = RxStats()
         self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
         self._all: set[_Connection] = set()
+
+    @property
+    def source(self) -> tuple[str | None, str | None]:
+        """("kernel" | "loop", why not the kernel) over the connections opened so far; (None,
+        None) before the first."""
+        rx = self.rx
+        if rx.loop_conns:
+            return "loop", "; ".join(sorted(rx.notes)) or None
+        if rx.kernel_conns:
+            notes = [n for n in (rx.clock.note(),) if n]
+            if rx.unstamped:
+                notes.append(f"{rx.unstamped} read(s) came without a kernel stamp (loop's used)")
+            return "kernel", "; ".join(notes) or None
+        return None, None
 
     # --- pool ---------------------------------------------------------------------------
 
@@ -345,6 +561,56 @@ class LeanTransport(httpx.AsyncBaseTransport):
     def _forget(self, conn: _Connection) -> None:
         self._all.discard(conn)
 
+    def kernel_reason(self, scheme: str) -> str | None:
+        """Why a ``scheme`` connection will not carry kernel stamps, or None when it will."""
+        if self.timestamps == "loop":
+            return "--timestamps loop asked for the event loop's read instants"
+        return kernel_unavailable_reason(scheme)
+
+    def _loop_stamped(self, note: str) -> None:
+        if self.timestamps == "kernel":
+            raise KernelStampsUnavailable(
+                f"--timestamps kernel cannot be honoured: {note} (use --timestamps auto to fall "
+                "back to the event loop's read instants, recorded as such)"
+            )
+        self.rx.loop_conns += 1
+        self.rx.notes.add(note)
+
+    async def _open_kernel(self, key: tuple[str, str, int]) -> _Connection:
+        """A plain TCP connection with receive stamps (or, when the kernel refuses them, an
+        ordinary asyncio one, recorded)."""
+        _scheme, host, port = key
+        loop = asyncio.get_running_loop()
+        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        if not infos:
+            raise OSError(f"cannot resolve {host}")
+        last: OSError | None = None
+        for family, kind, proto, _name, addr in infos:
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.setblocking(False)
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                await loop.sock_connect(sock, addr)
+            except OSError as exc:
+                sock.close()
+                last = exc
+                continue
+            except BaseException:
+                sock.close()
+                raise
+            refused = enable(sock)
+            if refused is not None:
+                self._loop_stamped(refused)
+                _transport, conn = await loop.create_connection(lambda: _Connection(key), sock=sock)
+                return conn
+            conn = _Connection(key)
+            _KernelSocket(loop, sock, conn, self.rx)
+            self.rx.kernel_conns += 1
+            return conn
+        assert last is not None
+        raise last
+
     async def _connect(self, key: tuple[str, str, int], timeout: float | None) -> _Connection:
         scheme, host, port = key
         loop = asyncio.get_running_loop()
@@ -353,11 +619,16 @@ class LeanTransport(httpx.AsyncBaseTransport):
         if scheme == "https":
             ctx = self._ssl_context or ssl.create_default_context()
             extra["ssl_handshake_timeout"] = self._tls_timeout
+        why_not = self.kernel_reason(scheme)
         try:
             async with asyncio.timeout(timeout):
-                _transport, conn = await loop.create_connection(
-                    lambda: _Connection(key), host, port, ssl=ctx, **extra
-                )
+                if why_not is None:
+                    conn = await self._open_kernel(key)
+                else:
+                    self._loop_stamped(why_not)
+                    _transport, conn = await loop.create_connection(
+                        lambda: _Connection(key), host, port, ssl=ctx, **extra
+                    )
         except TimeoutError as exc:
             raise httpx.ConnectTimeout(f"timed out connecting to {host}:{port}") from exc
         except ssl.SSLCertVerificationError as exc:
@@ -421,15 +692,43 @@ class LeanTransport(httpx.AsyncBaseTransport):
         target = url.raw_path.decode("ascii")
         headers = [(k, v) for k, v in request.headers.raw]
         data = request_head(request.method, target, headers, len(body)) + body
+        head, stream = await self.send(
+            key, data, request.method, timing if isinstance(timing, SendTiming) else None, timeouts
+        )
+        return httpx.Response(
+            status_code=head.status,
+            headers=head.headers,
+            stream=stream,
+            extensions={
+                "http_version": b"HTTP/" + head.http_version.encode("ascii"),
+                "reason_phrase": head.reason.encode("latin-1"),
+                FAST_STREAM_EXT: stream,
+            },
+        )
+
+    async def send(
+        self,
+        key: tuple[str, str, int],
+        data: bytes,
+        method: str,
+        timing: SendTiming | None,
+        timeouts: dict[str, Any],
+    ) -> tuple[ResponseHead, LeanStream]:
+        """Write the ready request bytes ``data`` on a pooled connection to ``key`` (scheme,
+        host, port); the response head and its body stream. The load generator's hot path
+        (no ``httpx.Request``/``Response`` objects); ``timing.sent`` is stamped just before the
+        bytes go to the socket."""
         for attempt in (0, 1):
             conn = self._idle_conn(key)
             reused = conn is not None
             if conn is None:
                 conn = await self._connect(key, timeouts.get("connect"))
-            if isinstance(timing, SendTiming):
+            sent = _perf()
+            if timing is not None:
                 timing.reused = reused
-                timing.sent = _perf()
-            waiter = conn.start(data, request.method)
+                timing.sent = sent
+            self.rx.clock.maybe_refresh(sent)
+            waiter = conn.start(data, method)
             try:
                 read_timeout = timeouts.get("read")
                 try:
@@ -454,17 +753,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
                 conn.abort()
                 self._forget(conn)
                 raise
-            stream = LeanStream(conn, self, read_timeout)
-            return httpx.Response(
-                status_code=head.status,
-                headers=head.headers,
-                stream=stream,
-                extensions={
-                    "http_version": b"HTTP/" + head.http_version.encode("ascii"),
-                    "reason_phrase": head.reason.encode("latin-1"),
-                    FAST_STREAM_EXT: stream,
-                },
-            )
+            return head, LeanStream(conn, self, read_timeout)
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def aclose(self) -> None:

@@ -55,6 +55,7 @@ def make_endpoint(plan: WorkerPlan) -> HttpxEndpoint:
         api_key=plan.api_key,
         timeout_s=plan.timeout_s,
         transport=transport,
+        timestamps=plan.timestamps,
     )
 
 
