@@ -144,6 +144,7 @@ def _capacity_catalogue(conn: sa.Connection) -> None:
 
 def _shards(conn: sa.Connection) -> None:
     conn.execute(sa.text("ALTER TABLE requests ADD COLUMN IF NOT EXISTS host TEXT"))
+    schema.run_shards.create(conn, checkfirst=True)
 
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -164,7 +165,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         "gpu_prices and plans (Plan)",
         _capacity_catalogue,
     ),
-    (8, "requests.host (one run from many hosts: bench --shard)", _shards),
+    (8, "requests.host and run_shards (one run from many hosts: bench --shard)", _shards),
 )
 
 

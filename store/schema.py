@@ -104,6 +104,36 @@ requests = sa.Table(
     sa.Column("host", sa.Text),
 )
 
+#: One host's share of a run made by several hosts (``bench --shard I/N``, migration 8):
+#: written by ``store.run_shards`` as the hosts join, agree on a start, heartbeat and finish.
+#: Instants ``joined_at``, ``start_at`` and ``heartbeat_at`` are on the database's clock;
+#: ``started_at``/``ended_at`` (the host's first send, last completion) on the host's own, which
+#: is ``clock_offset_ms`` behind the database's (± ``clock_rtt_ms`` / 2).
+run_shards = sa.Table(
+    "run_shards",
+    metadata,
+    sa.Column("run_id", sa.Text, primary_key=True),
+    sa.Column("shard", sa.Integer, primary_key=True, autoincrement=False),  # 0-based
+    sa.Column("shards", sa.Integer, nullable=False),
+    sa.Column("host", sa.Text, nullable=False),
+    # joined | ready | running | completed | interrupted | failed
+    sa.Column("status", sa.Text, nullable=False),
+    sa.Column("joined_at", DOUBLE),
+    sa.Column("start_at", DOUBLE),  # the agreed common start (the same on every shard)
+    sa.Column("started_at", DOUBLE),
+    sa.Column("ended_at", DOUBLE),
+    sa.Column("heartbeat_at", DOUBLE),
+    sa.Column("requests", sa.Integer),
+    sa.Column("ok", sa.Integer),
+    sa.Column("errors", sa.Integer),
+    sa.Column("client_bound", sa.Boolean),
+    sa.Column("reason", sa.Text),  # why client-bound
+    sa.Column("clock_offset_ms", DOUBLE),  # database clock − host clock
+    sa.Column("clock_rtt_ms", DOUBLE),
+    sa.Column("summary", sa.Text),  # JSON: the host's own tool summary and run fields
+    sa.Column("error", sa.Text),  # why it failed
+)
+
 token_gaps = sa.Table(
     "token_gaps",
     metadata,

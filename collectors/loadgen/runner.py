@@ -45,6 +45,7 @@ from collectors.loadgen.engine import Driver, DriverSummary, ResultBatch, Worker
 from collectors.loadgen.progress import ProgressView
 from collectors.loadgen.prompts import DEFAULT_CALIBRATION, PROBE_WORDS, Calibration, fit, words
 from collectors.loadgen.results import RunCollector
+from collectors.loadgen.shards import ShardCoordinator
 from collectors.loadgen.sse import StreamAccumulator
 from collectors.loadgen.traces import Trace
 from collectors.loadgen.transport import SendTiming
@@ -57,8 +58,8 @@ from collectors.loadgen.workloads import (
     parse_workload,
 )
 from collectors.watch import LiveCollection, resolve_metrics_url
-from errors import STOP_SIGNALS, CollectorError, EndpointError, InputError
-from store import catalog, ingest
+from errors import STOP_SIGNALS, CollectorError, EndpointError, InputError, StoreError
+from store import catalog, ingest, run_shards
 from store.db import Store
 
 #: How long bench waits for the endpoint to say who it is before calling it unknown.
@@ -77,6 +78,9 @@ class LevelOutcome:
     rows_spooled: int = 0  # rows (of every table, the run row included) left in the spool
     batches_spooled: int = 0
     spool_dir: Path | None = None
+    #: a --shard host: the status of the run merged over every host (None while other hosts
+    #: were still running when this one left the merge to them)
+    merged_status: str | None = None
 
 
 @dataclass
@@ -617,11 +621,17 @@ class _Live:
         self.view.update(done=c.done, errors=c.errors, ttft_p50=p50, ttft_p99=p99, force=force)
 
 
+#: blocks until the common start of a sharded run; returns it (epoch s on this host's clock), or
+#: None when the level was stopped first (``ShardCoordinator.wait_start``)
+StartAt = Callable[[], float | None]
+
+
 def _drive_in_process(
     plan: WorkerPlan,
     live: _Live,
     transport: httpx.AsyncBaseTransport | None,
     stopper: StopSignals | None = None,
+    start_at: StartAt | None = None,
 ) -> list[DriverSummary]:
     summaries: list[DriverSummary] = []
 
@@ -649,8 +659,16 @@ def _drive_in_process(
         try:
             with guard:
                 await driver.warmup()
-                if not driver.summary.interrupted:
+                if driver.summary.interrupted:
+                    return
+                if start_at is None:
                     await driver.run()
+                    return
+                start = await loop.run_in_executor(None, start_at)
+                if start is None:
+                    driver.summary.interrupted = True
+                else:
+                    await driver.run(start_perf=start - driver.clock.offset)
         finally:
             await endpoint.aclose()
 
@@ -662,8 +680,11 @@ def _drive_in_process(
 class _Workers:
     """The worker processes of one level and the pump that reads their pipes."""
 
-    def __init__(self, plans: list[WorkerPlan], live: _Live) -> None:
+    def __init__(
+        self, plans: list[WorkerPlan], live: _Live, start_at: StartAt | None = None
+    ) -> None:
         self.live = live
+        self.start_at = start_at
         self.conns: list[Connection] = []
         self.procs: list[subprocess.Popen[bytes]] = []
         root = str(Path(__file__).resolve().parents[2])
@@ -733,9 +754,7 @@ class _Workers:
                 elif kind == "ready":
                     self.ready.add(i)
                     if len(self.ready) == n and self.start_epoch is None and not self.stopped:
-                        self.start_epoch = time.time() + 0.05
-                        for j in range(n):
-                            self._send(j, ("go", self.start_epoch))
+                        self._go()
                 elif kind == "done":
                     self.done[i] = msg[1]
                 elif kind == "error":
@@ -748,6 +767,23 @@ class _Workers:
                         continue
                     self.failed[i] = f"the worker process died (exit code {proc.returncode})"
             self.live.tick()
+
+    def _go(self) -> None:
+        """Every worker is warmed up: start them together (at the hosts' common start)."""
+        if self.start_at is None:
+            start: float | None = time.time() + 0.05
+        else:
+            try:
+                start = self.start_at()
+            except BaseException:
+                self.stop()
+                raise
+        if start is None:
+            self.stop()
+            return
+        self.start_epoch = start
+        for j in range(len(self.conns)):
+            self._send(j, ("go", start))
 
     def close(self, *, kill: bool = False) -> None:
         for proc in self.procs:
@@ -763,9 +799,9 @@ class _Workers:
 
 
 def _drive_workers(
-    plans: list[WorkerPlan], live: _Live, stopper: StopSignals
+    plans: list[WorkerPlan], live: _Live, stopper: StopSignals, start_at: StartAt | None = None
 ) -> tuple[list[DriverSummary], bool]:
-    workers = _Workers(plans, live)
+    workers = _Workers(plans, live, start_at)
     try:
         # a signal only sets stopper.signum (see StopSignals): the pump sees it within 0.25 s,
         # so no exception ever lands half-way through handling a batch
@@ -811,16 +847,44 @@ def run_level(
 
     The run row is always ended (``run_status``), whatever stops the level: the final flush of
     its rows and of the run row runs in a ``finally`` that signals cannot interrupt (see
-    ``StopSignals``) and that spools what the store does not take."""
+    ``StopSignals``) and that spools what the store does not take.
+
+    A ``--shard`` host (``cfg.shard``) measures its share of one run made by several hosts
+    (``shards.ShardCoordinator``): it joins the run through the store before anything else
+    (refused: nothing written), starts at the hosts' common start, and at the end records its
+    share; the run row is merged over every host by the last to finish, never written whole by
+    one host."""
     stopper = stopper or StopSignals()
     plans = worker_plans(cfg, prep, level)
     run = _base_run(cfg, prep, level, run_id, bench_id)
+    counting: list[RunCollector] = []
+    coord: ShardCoordinator | None = None
+    if cfg.shard is not None:
+        coord = ShardCoordinator(
+            store,
+            run,
+            shard=cfg.shard[0],
+            shards=cfg.shard[1],
+            host=run_host(cfg),
+            counts=lambda: (
+                (counting[0].done, counting[0].ok, counting[0].errors) if counting else (0, 0, 0)
+            ),
+            say=view.note,
+        )
+        coord.join()  # refused → nothing was written
     writer = ingest.BufferedWriter(store, flush_interval_s=cfg.flush_interval_s, background=True)
     collector = RunCollector(run_id, writer, row_extra={"host": run_host(cfg)})
+    counting.append(collector)
     live = _Live(collector, view)
-    writer.add_run(run)
+    if coord is None:
+        writer.add_run(run)
+    start_at: StartAt | None = None
+    if coord is not None:
+        shard_coord = coord
+        start_at = lambda: shard_coord.wait_start(lambda: stopper.requested)  # noqa: E731
     status = "failed"
     interrupted = False
+    error: str | None = None
     summaries: list[DriverSummary] = []
     sampling: LiveCollection | None = None
     try:
@@ -831,14 +895,14 @@ def run_level(
             interval_s=cfg.collect_interval_s,
             writer=writer,
         )
-        view.level(run["name"], cfg.requests)
+        view.level(run["name"], _share(cfg.requests, cfg.shard))
         try:
             if stopper.requested:
                 interrupted = True  # a signal came while the level was being set up
             elif cfg.in_process or transport is not None:
-                summaries = _drive_in_process(plans[0], live, transport, stopper)
+                summaries = _drive_in_process(plans[0], live, transport, stopper, start_at)
             else:
-                summaries, interrupted = _drive_workers(plans, live, stopper)
+                summaries, interrupted = _drive_workers(plans, live, stopper, start_at)
         except KeyboardInterrupt:  # no StopSignals installed (another thread, a caller's own)
             interrupted = True
         interrupted = interrupted or stopper.requested or any(s.interrupted for s in summaries)
@@ -849,6 +913,9 @@ def run_level(
             failures=collector.errors - collector.cancelled,
             max_error_rate=max_error_rate,
         )
+    except BaseException as exc:
+        error = f"{type(exc).__name__}: {exc}"[-2000:]
+        raise
     finally:
         if sampling is not None:
             sources = sampling.stop()
@@ -873,40 +940,52 @@ def run_level(
         wall = max((s.wall_s for s in summaries), default=0.0)
         measured = collector.done - collector.cancelled
         failures = collector.errors - collector.cancelled
-        writer.add_run(
-            {
-                **run,
-                "status": status,
-                "started_at": started,
-                "ended_at": ended,
-                "duration_s": duration,
-                "achieved_rate": verdict.achieved_rate,
-                "client_bound": verdict.bound,
-                "client_bound_reason": verdict.reason,
-                "output_tokens_estimated": collector.estimated,
-                "tool_summary": {
-                    "requests": collector.done,
-                    "ok": collector.ok,
-                    "errors": collector.errors,
-                    "cancelled": collector.cancelled,
-                    "error_rate": round(failures / measured, 6) if measured else None,
-                    "max_error_rate": max_error_rate,
-                    "output_tokens": collector.output_tokens,
-                    "token_gaps": collector.gap_rows,
-                    "scheduled_rate": verdict.scheduled_rate,
-                    "p99_lag_ms": verdict.p99_lag_ms,
-                    "p99_loop_lag_ms": loop_lag,
-                    "timestamps": sorted({s.timestamps for s in summaries if s.timestamps}),
-                    "timestamps_notes": sorted(
-                        {s.timestamps_note for s in summaries if s.timestamps_note}
-                    ),
-                    "workers": len(plans),
-                    "client_cpu_s": round(cpu, 3),
-                    "client_cpu_per_worker": round(cpu / wall / len(plans), 3) if wall else None,
-                },
-            }
-        )
-        writer.close()
+        final = {
+            **run,
+            "status": status,
+            "started_at": started,
+            "ended_at": ended,
+            "duration_s": duration,
+            "achieved_rate": verdict.achieved_rate,
+            "client_bound": verdict.bound,
+            "client_bound_reason": verdict.reason,
+            "output_tokens_estimated": collector.estimated,
+            "tool_summary": {
+                "requests": collector.done,
+                "ok": collector.ok,
+                "errors": collector.errors,
+                "cancelled": collector.cancelled,
+                "error_rate": round(failures / measured, 6) if measured else None,
+                "max_error_rate": max_error_rate,
+                "output_tokens": collector.output_tokens,
+                "token_gaps": collector.gap_rows,
+                "scheduled_rate": verdict.scheduled_rate,
+                "p99_lag_ms": verdict.p99_lag_ms,
+                "p99_loop_lag_ms": loop_lag,
+                "timestamps": sorted({s.timestamps for s in summaries if s.timestamps}),
+                "timestamps_notes": sorted(
+                    {s.timestamps_note for s in summaries if s.timestamps_note}
+                ),
+                "workers": len(plans),
+                "client_cpu_s": round(cpu, 3),
+                "client_cpu_per_worker": round(cpu / wall / len(plans), 3) if wall else None,
+            },
+        }
+        merged: str | None = None
+        if coord is None:
+            writer.add_run(final)
+            writer.close()
+        else:
+            writer.close()  # this host's rows are in the store before its share is recorded
+            merged = _finish_shard(
+                coord,
+                final,
+                shard_status="failed" if error else "interrupted" if interrupted else "completed",
+                error=error,
+                max_error_rate=max_error_rate,
+                stopper=stopper,
+                view=view,
+            )
     if verdict.bound:
         view.note(f"[yellow]{run['name']}: client-bound — {verdict.reason}[/yellow]")
     batches_left, rows_left = writer.spooled()
@@ -924,7 +1003,45 @@ def run_level(
         rows_spooled=rows_left,
         batches_spooled=batches_left,
         spool_dir=writer.spool_dir,
+        merged_status=merged,
     )
+
+
+def _share(requests: int | None, shard: tuple[int, int] | None) -> int | None:
+    """This host's part of ``requests`` (the global count): request j is shard j mod N's."""
+    if requests is None or shard is None:
+        return requests
+    index, count = shard
+    return max(0, (requests - index + count - 1) // count)
+
+
+def _finish_shard(
+    coord: ShardCoordinator,
+    final: Mapping[str, Any],
+    *,
+    shard_status: str,
+    error: str | None,
+    max_error_rate: float,
+    stopper: StopSignals,
+    view: ProgressView,
+) -> str | None:
+    """Record this host's share of a sharded run and settle the run (a host stopped by a signal
+    does not wait for the others); the merged run's status, when known."""
+    try:
+        settled = coord.finish(
+            status=shard_status,
+            fields=final,
+            max_error_rate=max_error_rate,
+            error=error,
+            wait=shard_status != "interrupted",
+            stopping=lambda: stopper.requested,
+        )
+    except StoreError as exc:
+        view.note(f"[red]{coord.run_id}: could not record this host's share: {exc}[/red]")
+        return None
+    finally:
+        coord.close()
+    return settled.run_status
 
 
 def run_bench(
@@ -949,6 +1066,8 @@ def run_bench(
     if not 0.0 <= max_error_rate <= 1.0:
         raise InputError(f"max_error_rate {max_error_rate!r} is not a fraction between 0 and 1")
     cfg = config.validated()
+    if cfg.shard is not None:
+        run_shards.require_postgres(store)
     api_key = api_key_from_env(cfg.api_key_env, env)
     outcome = BenchOutcome(store_url=_store_hint(store))
     stopper = StopSignals()
@@ -964,7 +1083,8 @@ def run_bench(
         bench_id = uuid.uuid4().hex[:12]
         stamp = time.strftime("%Y%m%d-%H%M%S")
         with ProgressView(enabled=progress) as view:
-            for level in cfg.levels():
+            levels = cfg.levels()
+            for i, level in enumerate(levels):
                 if stopper.requested:
                     break
                 # the random part first: DuckDB keeps min/max statistics of only the first
@@ -986,6 +1106,17 @@ def run_bench(
                     )
                 )
                 if outcome.levels[-1].status == "interrupted":
+                    break
+                if (
+                    cfg.shard is not None
+                    and outcome.levels[-1].merged_status == "interrupted"
+                    and i + 1 < len(levels)
+                ):
+                    view.note(
+                        f"[yellow]{outcome.levels[-1].run_id}: another host's share is missing "
+                        "(see the run's notes); the next levels would wait for it: stopping"
+                        "[/yellow]"
+                    )
                     break
         if stopper.requested or (outcome.levels and outcome.levels[-1].status == "interrupted"):
             outcome.signum = stopper.signum or signal.SIGINT

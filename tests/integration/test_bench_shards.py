@@ -1,0 +1,243 @@
+"""One run from many hosts (``servescope bench --shard I/N --group NAME``), for real: three bench
+processes (three host names) against one loopback sim into a private PostgreSQL make ONE run —
+its request count the sum of the hosts' rows, its percentiles (the store's own run figures)
+those of the union of the rows — and a host killed mid-run leaves the others' rows, is marked
+failed (no heartbeat), and the run ends ``interrupted`` naming it, within a bounded time."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from sim.mockserver import MockServer
+from store import run_figures, run_shards
+from store.db import Store
+from store.lifecycle import open_store
+
+pytestmark = pytest.mark.postgres
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVESCOPE = Path(sys.executable).parent / "servescope"
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[MockServer]:
+    server = MockServer(ttft_ms=20, itl_ms=3)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def pg_store(pg_url: str, request: pytest.FixtureRequest) -> Iterator[tuple[str, Store]]:
+    """A fresh PostgreSQL database, migrated once before the hosts open it."""
+    server = request.getfixturevalue("_pg_server")
+    url = server.create_database(f"t_{uuid.uuid4().hex[:16]}")
+    store = open_store(url)
+    yield url, store
+    store.dispose()
+
+
+def _children(pid: int) -> set[int]:
+    out: set[int] = set()
+    with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(FileNotFoundError):
+                out.update(int(p) for p in (task / "children").read_text().split())
+    return out
+
+
+@contextlib.contextmanager
+def hosts(
+    url: str, db: str, group: str, tmp_path: Path, *args: str, n: int = 3
+) -> Iterator[list[subprocess.Popen[str]]]:
+    """``n`` bench processes, shard i/n as host-i; whatever they leave is killed at the end."""
+    procs: list[subprocess.Popen[str]] = []
+    seen: set[int] = set()
+    for i in range(1, n + 1):
+        log = (tmp_path / f"host-{i}.log").open("w")
+        procs.append(
+            subprocess.Popen(
+                [
+                    str(SERVESCOPE),
+                    "bench",
+                    "--endpoint",
+                    url,
+                    "--workload",
+                    "short-in-short-out",
+                    "--max-tokens",
+                    "10",
+                    "--metrics-url",
+                    "off",
+                    "--no-gpu",
+                    "--workers",
+                    "1",
+                    "--db",
+                    db,
+                    "--shard",
+                    f"{i}/{n}",
+                    "--group",
+                    group,
+                    "--host-name",
+                    f"host-{i}",
+                    *args,
+                ],
+                cwd=tmp_path,
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+                start_new_session=True,
+            )
+        )
+        log.close()
+    try:
+        yield procs
+    finally:
+        for proc in procs:
+            seen |= _children(proc.pid)
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
+        for pid in seen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _log(tmp_path: Path, i: int) -> str:
+    return (tmp_path / f"host-{i}.log").read_text(errors="replace")[-3000:]
+
+
+def _wait(proc: subprocess.Popen[str], timeout: float, tmp_path: Path, i: int) -> int:
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(
+            f"host-{i} did not finish in {timeout} s: {_log(tmp_path, i)}"
+        ) from None
+
+
+def _run_row(store: Store, run_id: str) -> dict[str, Any]:
+    df = store.read_df("SELECT * FROM runs WHERE run_id = :r", {"r": run_id})
+    assert len(df) == 1, f"one run row for {run_id}, found {len(df)}"
+    return dict(df.iloc[0])
+
+
+def test_three_hosts_make_one_run_whose_figures_are_over_every_hosts_rows(
+    sim: MockServer, pg_store: tuple[str, Store], tmp_path: Path
+) -> None:
+    db, store = pg_store
+    with hosts(sim.url, db, "three", tmp_path, "--concurrency", "6", "--requests", "90") as procs:
+        codes = [_wait(p, 60, tmp_path, i + 1) for i, p in enumerate(procs)]
+        outs = [p.stdout.read() if p.stdout else "" for p in procs]
+    assert codes == [0, 0, 0], [_log(tmp_path, i) for i in (1, 2, 3)]
+    assert {o.strip() for o in outs} == {"three-c6"}  # every host names the same run
+    assert store.read_df("SELECT run_id FROM runs")["run_id"].tolist() == ["three-c6"]
+
+    rows = store.read_df(
+        "SELECT seq, host, status, ttft_ms, e2e_ms, sent_at FROM requests WHERE run_id = :r",
+        {"r": "three-c6"},
+    )
+    per_host = rows.groupby("host").size().to_dict()
+    assert per_host == {"host-1": 30, "host-2": 30, "host-3": 30}
+    assert sorted(rows["seq"]) == list(range(90))  # the global plan, shared out once
+    ok = rows[rows["status"] == "ok"]
+    assert len(ok) == 90
+
+    figures = run_figures.compute(store, ["three-c6"]).iloc[0]
+    assert figures["requests"] == sum(per_host.values())
+    for metric in ("ttft", "e2e"):
+        values = ok[f"{metric}_ms"].to_numpy(dtype=float)
+        for q in (50, 90, 95, 99):
+            assert figures[f"{metric}_p{q}_ms"] == pytest.approx(np.percentile(values, q), rel=1e-9)
+
+    run = _run_row(store, "three-c6")
+    assert run["status"] == "completed"
+    assert run["concurrency"] == 6
+    summary = json.loads(run["tool_summary"])
+    assert summary["requests"] == 90 and summary["ok"] == 90
+    assert [h["host"] for h in summary["hosts"]] == ["host-1", "host-2", "host-3"]
+    assert summary["failed_hosts"] == []
+    # the run's span covers every host's: merged, not the last writer's
+    first = rows.groupby("host")["sent_at"].min()
+    assert run["started_at"] <= first.min() + 0.05
+    assert run["ended_at"] >= rows["sent_at"].max()
+
+    shares = run_shards.read(store, "three-c6")
+    assert [(s.host, s.status, s.requests) for s in shares] == [
+        ("host-1", "completed", 30),
+        ("host-2", "completed", 30),
+        ("host-3", "completed", 30),
+    ]
+    for s in shares:  # one machine, one clock: the offset is within the round trip
+        assert s.clock_offset_ms is not None and s.clock_rtt_ms is not None
+        assert abs(s.clock_offset_ms) <= s.clock_rtt_ms / 2 + 5.0
+    # the common start: every host's first send within a few hundred ms of the others'
+    skew = float(first.max() - first.min())
+    print(f"start skew between hosts (first sent_at): {skew * 1000:.1f} ms")
+    assert skew < 0.5
+
+
+def test_a_host_killed_mid_run_is_marked_and_the_others_rows_kept(
+    sim: MockServer, pg_store: tuple[str, Store], tmp_path: Path
+) -> None:
+    db, store = pg_store
+    run_id = "killed-c6"
+    with hosts(sim.url, db, "killed", tmp_path, "--concurrency", "6", "--requests", "900") as procs:
+        deadline = time.monotonic() + 40
+        while True:  # host-3 is running and has rows stored
+            n = store.read_df(
+                "SELECT count(*) AS n FROM requests WHERE run_id = :r AND host = 'host-3'",
+                {"r": run_id},
+            )["n"].iloc[0]
+            if n > 0:
+                break
+            assert all(p.poll() is None for p in procs), [_log(tmp_path, i) for i in (1, 2, 3)]
+            assert time.monotonic() < deadline, "host-3 stored no rows"
+            time.sleep(0.2)
+        workers = _children(procs[2].pid)
+        procs[2].kill()  # the host dies: its bench and its measuring workers
+        for pid in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        codes = [_wait(p, 60, tmp_path, i + 1) for i, p in enumerate(procs[:2])]
+        settled_s = time.monotonic() - killed_at
+    assert codes == [0, 0], [_log(tmp_path, i) for i in (1, 2)]
+    print(_log(tmp_path, 1)[-1500:])
+    print(f"the others ended {settled_s:.1f} s after host-3 was killed")
+
+    rows = store.read_df(
+        "SELECT host, count(*) AS n FROM requests WHERE run_id = :r GROUP BY host", {"r": run_id}
+    )
+    per_host = dict(zip(rows["host"], rows["n"], strict=True))
+    assert per_host["host-1"] == 300 and per_host["host-2"] == 300  # their whole shares
+    assert 0 < per_host["host-3"] < 300  # what it stored before it died is kept
+
+    shares = {s.host: s for s in run_shards.read(store, run_id)}
+    assert shares["host-1"].status == shares["host-2"].status == "completed"
+    assert shares["host-3"].status == "failed"
+    assert (shares["host-3"].error or "").startswith("no heartbeat since")
+    print(f"host-3: {shares['host-3'].error}")
+
+    run = _run_row(store, run_id)
+    assert run["status"] == "interrupted"
+    assert "host-3" in (run["notes"] or "")
+    summary = json.loads(run["tool_summary"])
+    assert summary["failed_hosts"] == ["host-3"]
+    figures = run_figures.compute(store, [run_id]).iloc[0]
+    assert figures["requests"] == sum(per_host.values())
