@@ -280,7 +280,7 @@ class HttpxEndpoint:
             timing.status = status
             if status < 300 and _is_sse(head.headers):
                 try:
-                    await stream.consume(acc.feed, lambda: acc.first_t is None)
+                    await stream.consume(acc.feed)
                     acc.finish()
                     problem = acc.problem()
                     return status, self.redact(problem) if problem is not None else None
@@ -319,7 +319,7 @@ class HttpxEndpoint:
                 return status, self._not_a_stream(status, mime, raw, acc)
             fast = response.extensions.get(FAST_STREAM_EXT, response.stream)
             if isinstance(fast, LeanStream):
-                await fast.consume(acc.feed, lambda: acc.first_t is None)
+                await fast.consume(acc.feed)
             else:
                 async for data in response.aiter_raw():
                     acc.feed(data, _perf())

@@ -2,9 +2,10 @@
 
 On Linux a TCP socket with ``SO_TIMESTAMPNS`` set hands every ``recvmsg`` a control message
 holding the instant (``struct timespec``, CLOCK_REALTIME) the kernel received the data that
-read returns — the *last* segment's instant when one read drains several queued segments; a
-``MSG_PEEK`` of one byte returns the *first* queued segment's instant. A busy event loop then
-delays the processing of a read but not its timestamp.
+read returns — the *last* segment's instant when one read drains several queued segments.
+(Linux merges segments waiting in the receive queue into one buffer that keeps the newest
+stamp, so a one-byte ``MSG_PEEK`` returns that same last instant: measured on loopback, see
+docs/timing.md.) A busy event loop then delays the processing of a read but not its timestamp.
 
 ``RealtimeMap`` puts those instants on the ``time.perf_counter`` timeline (CLOCK_MONOTONIC on
 Linux) with an offset measured like ``engine.Clock``'s; realtime and monotonic advance together
@@ -20,7 +21,7 @@ from __future__ import annotations
 import socket
 import sys
 import time
-from bisect import bisect_right
+from bisect import bisect_left
 from collections.abc import Callable
 
 #: ``socket.SO_TIMESTAMPNS`` (Linux's value where the constant is missing)
@@ -149,7 +150,7 @@ class ReadDelays:
         self.counts = [0] * (len(DELAY_EDGES_MS) + 1)
 
     def add(self, delay_s: float) -> None:
-        self.counts[bisect_right(DELAY_EDGES_MS, delay_s * 1000.0)] += 1
+        self.counts[bisect_left(DELAY_EDGES_MS, delay_s * 1000.0)] += 1
 
     def take(self) -> list[int]:
         """The counts so far, and start again."""

@@ -13,10 +13,10 @@ Timing: the instant a request's bytes are handed to the socket is written into t
 ``SO_TIMESTAMPNS`` stamp, see ``rx_stamps``), else with the instant the event loop read the
 socket (``data_received``: https, other systems, ``timestamps="loop"``). ``LeanTransport.source``
 says which, and why not the kernel. One read that drains several queued segments carries the
-last one's stamp; while the first content event of a response is awaited (``consume``'s
-``first_pending``), a one-byte ``MSG_PEEK`` also fetches the first segment's stamp, and the read's
-first SSE event is handed over with it (see docs/timing.md). A response carries its
-``LeanStream`` under
+last one's stamp — Linux merges segments waiting in a socket's receive queue and keeps the
+newest stamp, so even a ``MSG_PEEK`` cannot recover the first one's (measured; docs/timing.md):
+events that share a read get one instant, which the client-bound verdict counts. A response
+carries its ``LeanStream`` under
 ``FAST_STREAM_EXT``: ``await stream.consume(sink)`` hands every de-chunked body piece and its
 read instant to ``sink`` straight from the protocol callback (no coroutine switch per chunk).
 ``aiter_raw()`` and friends work as with any transport.
@@ -63,7 +63,6 @@ ChunkSink = Callable[[bytes, float], None]
 _perf = time.perf_counter
 #: bytes asked of one ``recvmsg`` (each call allocates this much before trimming)
 READ_SIZE = 65_536
-_MSG_PEEK = getattr(socket, "MSG_PEEK", 2)
 TIMESTAMPS = ("auto", "kernel", "loop")
 
 
@@ -108,11 +107,6 @@ class _Connection(asyncio.Protocol):
         self.waiter: asyncio.Future[None] | None = None
         self.body_done = False
         self.error: Exception | None = None
-        #: set by ``LeanStream.consume``: True while the first content event is awaited (the
-        #: kernel path then peeks for the first queued segment's stamp)
-        self.first_pending: Callable[[], bool] | None = None
-        #: reads whose first SSE event was handed over with the first segment's stamp
-        self.first_splits = 0
 
     # --- asyncio.Protocol ---------------------------------------------------------------
 
@@ -121,13 +115,12 @@ class _Connection(asyncio.Protocol):
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
-        self.received(data, _perf(), None)
+        self.received(data, _perf())
 
-    def received(self, data: bytes, t: float, first: float | None) -> None:
-        """``data`` read at ``t``; ``first``: the first queued segment's stamp when the read
-        drained several (kernel path, earlier than ``t``), else None."""
+    def received(self, data: bytes, t: float) -> None:
+        """``data``, received at ``t`` (the kernel's stamp or the loop's read instant)."""
         if self.state == _BODY:
-            self._body(data, t, first)
+            self._body(data, t)
             return
         if self.state == _CLOSED:
             return
@@ -164,7 +157,7 @@ class _Connection(asyncio.Protocol):
         if head.content_length == 0:
             self._end_body()
         elif buf:
-            self._body(buf, t, None)
+            self._body(buf, t)
 
     def eof_received(self) -> bool | None:
         return False
@@ -188,7 +181,7 @@ class _Connection(asyncio.Protocol):
 
     # --- body ---------------------------------------------------------------------------
 
-    def _body(self, data: bytes, t: float, first: float | None) -> None:
+    def _body(self, data: bytes, t: float) -> None:
         dec = self._chunked
         done = False
         if dec is not None:
@@ -209,25 +202,14 @@ class _Connection(asyncio.Protocol):
         else:
             out = data
         if out:
-            if first is not None:
-                # several segments in one read: the first SSE event came in the first of them
-                # (servers write one event per write), so it gets that segment's stamp
-                end = out.find(b"\n\n")
-                if 0 <= end < len(out) - 2:
-                    self.first_splits += 1
-                    self._deliver(out[: end + 2], first)
-                    out = out[end + 2 :]
-            self._deliver(out, t)
+            sink = self.sink
+            if sink is not None:
+                sink(out, t)
+            else:
+                self.pending.append((out, t))
+                self._wake()
         if done:
             self._end_body()
-
-    def _deliver(self, out: bytes, t: float) -> None:
-        sink = self.sink
-        if sink is not None:
-            sink(out, t)
-        else:
-            self.pending.append((out, t))
-            self._wake()
 
     def _end_body(self) -> None:
         if self.state == _BODY:
@@ -267,7 +249,6 @@ class _Connection(asyncio.Protocol):
         self.got_bytes = False
         self.head = None
         self.sink = None
-        self.first_pending = None
         self.pending.clear()
         self.body_done = False
         self.error = None
@@ -324,12 +305,7 @@ class _KernelSocket(asyncio.Transport):
         if sock is None:
             return
         conn = self._protocol
-        first_real: float | None = None
         try:
-            pending = conn.first_pending
-            if conn.state == _BODY and pending is not None and pending():
-                _d, anc, _f, _a = sock.recvmsg(1, CMSG_SIZE, _MSG_PEEK)
-                first_real = stamp_of(anc)
             data, anc, _f, _a = sock.recvmsg(READ_SIZE, CMSG_SIZE)
         except (BlockingIOError, InterruptedError):
             return
@@ -344,19 +320,13 @@ class _KernelSocket(asyncio.Transport):
         real = stamp_of(anc)
         if real is None:
             rx.unstamped += 1
-            conn.received(data, now, None)
+            conn.received(data, now)
             return
-        offset = rx.clock.offset
-        t = real - offset
+        t = real - rx.clock.offset
         if t > now:  # a clock step since the last offset check: never later than the read
             t = now
         rx.delays.add(now - t)
-        first: float | None = None
-        if first_real is not None:
-            first = first_real - offset
-            if first >= t:
-                first = None
-        conn.received(data, t, first)
+        conn.received(data, t)
 
     def _write_ready(self) -> None:
         sock = self._sock
@@ -444,22 +414,17 @@ class LeanStream(httpx.AsyncByteStream):
         self._read_timeout = read_timeout
         self._closed = False
 
-    async def consume(
-        self, sink: ChunkSink, first_pending: Callable[[], bool] | None = None
-    ) -> None:
+    async def consume(self, sink: ChunkSink) -> None:
         """Feed every body piece with its read instant to ``sink``; return at the body's end.
 
         Pieces that arrived before this call are replayed with their own instants. Raises the
-        httpx error that ended the body early (reset, truncated stream). ``first_pending``
-        (True while the first content event is awaited) lets the kernel path stamp that event
-        with its own segment's instant when it shares a read with later ones.
+        httpx error that ended the body early (reset, truncated stream).
         """
         conn = self._conn
         while conn.pending:
             data, t = conn.pending.popleft()
             sink(data, t)
         conn.sink = sink
-        conn.first_pending = first_pending
         try:
             while not conn.body_done:
                 if conn.error is not None:
@@ -472,7 +437,6 @@ class LeanStream(httpx.AsyncByteStream):
                     conn.waiter = None
         finally:
             conn.sink = None
-            conn.first_pending = None
         if conn.error is not None and not conn.body_done:
             raise conn.error
 
