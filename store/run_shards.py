@@ -103,11 +103,15 @@ def join(
     heartbeat is older than ``stale_s`` (a host that died before the start) is taken over."""
     run_id = str(run["run_id"])
     with store.connect() as conn:
-        inserted = conn.execute(
-            postgresql.insert(R)
-            .values(**_json_run(run))
-            .on_conflict_do_nothing(index_elements=[R.c.run_id])
-        ).rowcount
+        inserted = (
+            conn.execute(
+                postgresql.insert(R)
+                .values(**_json_run(run))
+                .on_conflict_do_nothing(index_elements=[R.c.run_id])
+                .returning(R.c.run_id)
+            ).first()
+            is not None
+        )
         status = _lock_run(conn, run_id)
         if status in FINAL_STATUSES:
             raise InputError(
@@ -322,7 +326,8 @@ def finish(
 @dataclass(frozen=True)
 class Settled:
     """What ``settle`` found: ``merged`` (this call wrote the run row), ``done`` (another host
-    had), or ``waiting`` (hosts still running and heartbeating: ``waiting_for``)."""
+    had), or ``waiting`` (hosts still running and heartbeating: ``waiting_for``); ``left``: this
+    host left before the start, so it had nothing to settle."""
 
     state: str
     run_status: str | None = None

@@ -96,6 +96,7 @@ class ShardCoordinator:
         self.clock: ClockOffset | None = None
         self.start_db: float | None = None
         self.lost = False  # another host found this one silent and marked it failed
+        self.left = False  # left the run before its start (stopped, or the others never came)
         self._status: str | None = None  # the status the next heartbeat sets
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -163,6 +164,7 @@ class ShardCoordinator:
         return local
 
     def _leave(self) -> None:
+        self.left = True
         self._stop_beat()
         try:
             run_shards.leave(self.store, self.run_id, self.shard)
@@ -216,7 +218,11 @@ class ShardCoordinator:
         stopping: Callable[[], bool] = lambda: False,
     ) -> run_shards.Settled:
         """Record this host's share (``status``: completed | interrupted | failed; ``fields``:
-        the run fields it measured) and settle the run (see the module's docstring)."""
+        the run fields it measured) and settle the run (see the module's docstring). A shard
+        that left before the start has nothing to record (``Settled("left")``)."""
+        if self.left:
+            self._stop_beat()
+            return run_shards.Settled("left")
         summary = dict(fields.get("tool_summary") or {})
         summary.update(
             status=fields.get("status"),

@@ -9,9 +9,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -21,12 +23,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from errors import CollectorError, InputError
 from sim.mockserver import MockServer
 from store import run_figures, run_shards
 from store.db import Store
 from store.lifecycle import open_store
-
-pytestmark = pytest.mark.postgres
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVESCOPE = Path(sys.executable).parent / "servescope"
@@ -61,12 +62,20 @@ def _children(pid: int) -> set[int]:
 
 @contextlib.contextmanager
 def hosts(
-    url: str, db: str, group: str, tmp_path: Path, *args: str, n: int = 3
+    url: str,
+    db: str,
+    group: str,
+    tmp_path: Path,
+    *args: str,
+    n: int = 3,
+    started: int | None = None,
+    env: dict[str, str] | None = None,
 ) -> Iterator[list[subprocess.Popen[str]]]:
-    """``n`` bench processes, shard i/n as host-i; whatever they leave is killed at the end."""
+    """bench processes for shards 1/n … started/n (default all), as host-i; whatever they leave
+    is killed at the end."""
     procs: list[subprocess.Popen[str]] = []
     seen: set[int] = set()
-    for i in range(1, n + 1):
+    for i in range(1, (started or n) + 1):
         log = (tmp_path / f"host-{i}.log").open("w")
         procs.append(
             subprocess.Popen(
@@ -95,7 +104,7 @@ def hosts(
                     *args,
                 ],
                 cwd=tmp_path,
-                env={**os.environ, "PYTHONPATH": str(ROOT)},
+                env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
                 stdout=subprocess.PIPE,
                 stderr=log,
                 text=True,
@@ -241,3 +250,217 @@ def test_a_host_killed_mid_run_is_marked_and_the_others_rows_kept(
     assert summary["failed_hosts"] == ["host-3"]
     figures = run_figures.compute(store, [run_id]).iloc[0]
     assert figures["requests"] == sum(per_host.values())
+
+
+def test_a_host_stopped_with_ctrl_c_marks_itself_interrupted(
+    sim: MockServer, pg_store: tuple[str, Store], tmp_path: Path
+) -> None:
+    db, store = pg_store
+    run_id = "stopped-c6"
+    with hosts(
+        sim.url, db, "stopped", tmp_path, "--concurrency", "6", "--requests", "900"
+    ) as procs:
+        deadline = time.monotonic() + 40
+        while not len(store.read_df("SELECT 1 FROM requests WHERE host = 'host-2' LIMIT 1")):
+            assert all(p.poll() is None for p in procs), [_log(tmp_path, i) for i in (1, 2, 3)]
+            assert time.monotonic() < deadline, "host-2 stored no rows"
+            time.sleep(0.2)
+        procs[1].send_signal(signal.SIGINT)
+        codes = [_wait(p, 60, tmp_path, i + 1) for i, p in enumerate(procs)]
+    assert codes == [0, 128 + signal.SIGINT, 0], [_log(tmp_path, i) for i in (1, 2, 3)]
+    shares = {s.host: s.status for s in run_shards.read(store, run_id)}
+    assert shares == {"host-1": "completed", "host-2": "interrupted", "host-3": "completed"}
+    run = _run_row(store, run_id)
+    assert run["status"] == "interrupted"
+    assert "host-2 (shard 2/3) was stopped" in run["notes"]
+    counts = store.read_df("SELECT host, count(*) AS n FROM requests GROUP BY host")
+    per_host = dict(zip(counts["host"], counts["n"], strict=True))
+    assert per_host["host-1"] == per_host["host-3"] == 300 and 0 < per_host["host-2"] < 300
+
+
+def test_hosts_whose_peer_never_comes_give_up_and_leave_nothing(
+    sim: MockServer, pg_store: tuple[str, Store], tmp_path: Path
+) -> None:
+    db, store = pg_store
+    wait = {"SERVESCOPE_SHARD_WAIT_S": "3"}
+    with hosts(
+        sim.url, db, "alone", tmp_path, "--concurrency", "3", "--requests", "9", started=2, env=wait
+    ) as procs:
+        codes = [_wait(p, 40, tmp_path, i + 1) for i, p in enumerate(procs)]
+    assert codes == [2, 2]
+    for i in (1, 2):
+        assert re.search(
+            r"not every host was ready within 3 s \(waiting for [^)]*3/3: not joined\)",
+            _log(tmp_path, i),
+        ), _log(tmp_path, i)
+    assert _counts(store) == (0, 0)
+    assert len(store.read_df("SELECT 1 FROM requests")) == 0
+
+
+# --- the agreement through the store (store/run_shards.py), without processes ----------------
+
+
+def _run(run_id: str) -> dict[str, Any]:
+    return {
+        "run_id": run_id,
+        "name": "sharded",
+        "status": "running",
+        "started_at": time.time(),
+        "client_params": {"shard": {"index": 1, "count": 3, "group": "g"}},
+    }
+
+
+def _join(
+    store: Store,
+    run_id: str,
+    shard: int,
+    *,
+    shards: int = 3,
+    stale_s: float = 5.0,
+    host: str | None = None,
+) -> run_shards.Joined:
+    return run_shards.join(
+        store,
+        _run(run_id),
+        shard=shard,
+        shards=shards,
+        host=host or f"h{shard + 1}",
+        clock_offset_ms=0.0,
+        clock_rtt_ms=0.2,
+        stale_s=stale_s,
+    )
+
+
+def _counts(store: Store) -> tuple[int, int]:
+    df = store.read_df(
+        "SELECT (SELECT count(*) FROM runs) AS runs, (SELECT count(*) FROM run_shards) AS shards"
+    )
+    return int(df["runs"].iloc[0]), int(df["shards"].iloc[0])
+
+
+def _finish(store: Store, run_id: str, shard: int, status: str = "completed") -> None:
+    run_shards.finish(
+        store,
+        run_id,
+        shard,
+        status=status,
+        started_at=100.0,
+        ended_at=110.0,
+        requests=5,
+        ok=5,
+        errors=0,
+        client_bound=False,
+        reason=None,
+        summary={"requests": 5, "ok": 5},
+    )
+
+
+def test_joining_is_refused_with_nothing_written(pg_store: tuple[str, Store]) -> None:
+    _db, store = pg_store
+    assert _join(store, "g-c3", 0).created_run
+    before = _counts(store)
+    assert before == (1, 1)
+    with pytest.raises(InputError, match="already holds that share"):
+        _join(store, "g-c3", 0, host="other")
+    with pytest.raises(InputError, match="gave /3"):
+        _join(store, "g-c3", 1, shards=4)
+    assert _counts(store) == before
+    assert not _join(store, "g-c3", 1).created_run
+    _join(store, "g-c3", 2)
+    assert run_shards.ready(store, "g-c3", 0, lead_s=1.0) is None
+    assert run_shards.ready(store, "g-c3", 1, lead_s=1.0) is None
+    state = run_shards.start_state(store, "g-c3", 0)
+    assert state.start_at is None and state.waiting_for == ("3/3 h3: joined",)
+    start = run_shards.ready(store, "g-c3", 2, lead_s=1.0)  # the last ready fixes the start
+    assert start is not None and start == pytest.approx(state.now + 1.0, abs=0.5)
+    assert run_shards.start_state(store, "g-c3", 1).start_at == start  # once, for everyone
+    with pytest.raises(CollectorError, match="joins too late"):
+        _join(store, "g-c3", 1, host="late")
+    for shard in range(3):
+        _finish(store, "g-c3", shard)
+    assert run_shards.settle(store, "g-c3", stale_s=5.0).state == "merged"
+    with pytest.raises(InputError, match="already ended"):
+        _join(store, "g-c3", 0)
+    assert _counts(store) == (1, 3)
+
+
+def test_a_silent_joined_host_is_replaced_and_a_run_never_started_is_left_clean(
+    pg_store: tuple[str, Store],
+) -> None:
+    _db, store = pg_store
+    _join(store, "r-c1", 0, host="dead")
+    time.sleep(0.05)
+    _join(store, "r-c1", 0, host="again", stale_s=0.01)  # its heartbeat went stale: taken over
+    assert [(s.host, s.status) for s in run_shards.read(store, "r-c1")] == [("again", "joined")]
+    run_shards.leave(store, "r-c1", 0)
+    assert _counts(store) == (0, 0)  # as if never joined
+
+
+def test_hosts_finishing_together_merge_exactly_once(pg_store: tuple[str, Store]) -> None:
+    _db, store = pg_store
+    for shard in range(3):
+        _join(store, "t-c3", shard)
+    _finish(store, "t-c3", 2, status="interrupted")  # stopped with Ctrl-C: its own verdict
+    barrier = threading.Barrier(2)
+    found: list[str] = []
+
+    def finisher(shard: int) -> None:
+        barrier.wait()
+        _finish(store, "t-c3", shard)
+        found.append(run_shards.settle(store, "t-c3", stale_s=5.0).state)
+
+    threads = [threading.Thread(target=finisher, args=(s,)) for s in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    # under the run row's lock the second to settle sees every share ended: exactly one merges
+    # (the other found the run merged, or settled first and saw the other still running)
+    assert found.count("merged") == 1 and len(found) == 2
+    run = _run_row(store, "t-c3")
+    assert run["status"] == "interrupted"
+    assert "h3 (shard 3/3) was stopped" in run["notes"]
+    assert json.loads(run["client_params"])["shard"] == {"count": 3, "group": "g"}
+
+
+def test_shard_with_a_duckdb_store_is_refused(tmp_path: Path) -> None:
+    """DuckDB takes one writing process: --shard says PostgreSQL is needed, before measuring."""
+    db = tmp_path / "one.duckdb"
+    proc = subprocess.run(
+        [
+            str(SERVESCOPE),
+            "bench",
+            "--endpoint",
+            "http://127.0.0.1:9",  # never reached
+            "--workload",
+            "short-in-short-out",
+            "--concurrency",
+            "2",
+            "--requests",
+            "4",
+            "--metrics-url",
+            "off",
+            "--no-gpu",
+            "--shard",
+            "1/2",
+            "--group",
+            "g",
+            "--db",
+            f"duckdb:///{db}",
+        ],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "--shard needs a PostgreSQL store" in proc.stderr
+    assert "postgresql+psycopg://" in proc.stderr
+    assert proc.stdout == ""
+    if db.exists():
+        store = open_store(f"duckdb:///{db}")
+        try:
+            assert store.read_df("SELECT count(*) AS n FROM runs")["n"].iloc[0] == 0
+        finally:
+            store.dispose()
