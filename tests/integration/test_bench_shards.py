@@ -23,6 +23,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from collectors.loadgen.config import BenchConfig
+from collectors.loadgen.runner import run_bench
 from errors import CollectorError, InputError
 from sim.mockserver import MockServer
 from store import run_figures, run_shards
@@ -295,6 +297,41 @@ def test_hosts_whose_peer_never_comes_give_up_and_leave_nothing(
         ), _log(tmp_path, i)
     assert _counts(store) == (0, 0)
     assert len(store.read_df("SELECT 1 FROM requests")) == 0
+
+
+def test_in_process_hosts_share_one_run(sim: MockServer, pg_store: tuple[str, Store]) -> None:
+    """The Python API measuring in its own process (``in_process``) waits for the common start
+    too: two hosts as two threads."""
+    _db, store = pg_store
+    outcomes: dict[int, Any] = {}
+
+    def host(i: int) -> None:
+        cfg = BenchConfig(
+            endpoint=sim.url,
+            workload="short-in-short-out",
+            concurrency=(4,),
+            requests=20,
+            max_tokens=10,
+            metrics_url="off",
+            gpu=False,
+            in_process=True,
+            shard=(i, 2),
+            group="inproc",
+            host_name=f"thread-{i + 1}",
+        )
+        outcomes[i] = run_bench(cfg, store, progress=False)
+
+    threads = [threading.Thread(target=host, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert [outcomes[i].levels[0].status for i in range(2)] == ["completed", "completed"]
+    assert [outcomes[i].levels[0].merged_status for i in range(2)] == ["completed", "completed"]
+    run = _run_row(store, "inproc-c4")
+    assert run["status"] == "completed"
+    counts = store.read_df("SELECT host, count(*) AS n FROM requests GROUP BY host ORDER BY host")
+    assert counts["n"].tolist() == [10, 10]
 
 
 # --- the agreement through the store (store/run_shards.py), without processes ----------------
