@@ -23,13 +23,12 @@ and counted, unless most rows are so (then the file is refused, naming its first
 
 from __future__ import annotations
 
-import bisect
 import csv
 import hashlib
 import json
 import math
 from array import array
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -128,8 +127,23 @@ class _AzureClock:
     def __init__(self) -> None:
         self.base: int | None = None
         self.days: dict[str, int] = {}
+        self.minutes: dict[str, float] = {}  # "YYYY-MM-DD HH:MM:" → its seconds
 
-    def __call__(self, text: str) -> float:
+    def __call__(self, s: str) -> float:
+        """The public files' forms (no offset, or +00:00) from the minute's cached seconds;
+        anything else through ``parse``."""
+        base = self.minutes.get(s[:17])
+        if base is not None:
+            rest = s[17:-6] if s.endswith("+00:00") else s[17:]
+            try:
+                sec = float(rest)
+            except ValueError:
+                return self.parse(s)
+            if 0.0 <= sec < 60.0:
+                return base + sec
+        return self.parse(s)
+
+    def parse(self, text: str) -> float:
         s = text.strip()
         if len(s) < 19 or s[10] not in " T":
             raise _Unusable(f"TIMESTAMP {s!r} is not a date-time (YYYY-MM-DD HH:MM:SS[.f])")
@@ -162,6 +176,8 @@ class _AzureClock:
             ) from None
         if not (len(h) == 2 and len(m) == 2 and 0 <= value < 86401 and math.isfinite(value)):
             raise _Unusable(f"TIMESTAMP {s!r} is not a time of day")
+        if shift == 0 and s == text and s[16] == ":":
+            self.minutes[s[:17]] = day + int(h) * 3600 + int(m) * 60
         return day + value - shift
 
 
@@ -436,42 +452,33 @@ def load_trace(
             f"line {line_no}: {reason}",
             hint=f"{found}: {FORMAT_FORMS[found]}; {ACCEPTED}",
         )
-    in_order = sorted(times)  # linear on the usual, already ordered file
-    reordered = array("d", in_order) != times
-    ordered: Sequence[float] = times
-    order: Sequence[int] = range(len(times))
-    if reordered:
-        order = sorted(range(len(times)), key=times.__getitem__)  # stable: file order on ties
-        ordered = in_order
-    del in_order
-    origin = ordered[0]
-    span = ordered[-1] - origin
-    lo, hi = 0, len(ordered)
+    import numpy as np  # here: worker processes import Trace, never load_trace
+
+    stamps = np.frombuffer(times, dtype=np.float64)
+    reordered = bool(len(stamps) > 1 and (np.diff(stamps) < 0).any())
+    order = np.argsort(stamps, kind="stable") if reordered else None  # ties: file order
+    rel = (stamps[order] if order is not None else stamps) - stamps.min()
+    lo, hi = 0, len(rel)
     if window is not None:
-        lo = bisect.bisect_left(ordered, window[0], key=lambda t: t - origin)
-        hi = bisect.bisect_left(ordered, window[1], lo=lo, key=lambda t: t - origin)
+        lo, hi = (int(i) for i in np.searchsorted(rel, window, side="left"))
         if lo >= hi:
+            span = float(rel[-1])
             raise InputError(
                 f"--trace-window {window[0]:g}s:{window[1]:g}s holds no request of trace {p}: "
-                f"it spans {span:.3f} s from its first arrival ({len(ordered):,} requests)",
+                f"it spans {span:.3f} s from its first arrival ({len(rel):,} requests)",
                 hint=f"give a window inside 0:{span:g}s",
             )
-    base = ordered[lo]  # the replay's first arrival
-    end = hi
+    replay = (rel[lo:hi] - rel[lo]) / speed
+    keep = len(replay)
     if duration_s is not None:
-        end = bisect.bisect_left(
-            ordered, duration_s, lo=lo, hi=hi, key=lambda t: (t - base) / speed
-        )
+        keep = int(np.searchsorted(replay, duration_s, side="left"))
     if requests is not None:
-        end = min(end, lo + requests)
-    keep = end - lo
-    offsets = tuple([(t - base) / speed for t in ordered[lo:end]])
-    if reordered:
-        picked = order[lo:end]
-        n_inputs = tuple(map(inputs.__getitem__, picked))
-        n_outputs = tuple(map(outputs.__getitem__, picked))
-    else:
-        n_inputs, n_outputs = tuple(inputs[lo:end]), tuple(outputs[lo:end])
+        keep = min(keep, requests)
+    end = lo + keep
+    picked = order[lo:end] if order is not None else slice(lo, end)
+    n_inputs = tuple(np.frombuffer(inputs, dtype=np.int64)[picked].tolist())
+    n_outputs = tuple(np.frombuffer(outputs, dtype=np.int64)[picked].tolist())
+    offsets = tuple(replay[:keep].tolist())
     return Trace(
         format=found,
         name=p.name,

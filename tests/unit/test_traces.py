@@ -80,11 +80,15 @@ def test_azure_2024_utc_offsets_missing_fractions_and_midnight(tmp_path: Path) -
 def test_azure_offsets_are_converted_to_utc(tmp_path: Path) -> None:
     text = (
         "TIMESTAMP,ContextTokens,GeneratedTokens\n"
-        "2024-05-10 12:00:00+00:00,10,1\n"
-        "2024-05-10 14:00:01+02:00,10,1\n"  # 12:00:01 UTC
-        "2024-05-10T12:00:02Z,10,1\n"
+        "2024-05-10 12:00:00+00:00,1,1\n"
+        "2024-05-10 12:00:05+00:00,2,1\n"  # the same minute again (cached)
+        "2024-05-10 14:00:01+02:00,3,1\n"  # 12:00:01 UTC
+        "2024-05-10T12:00:02Z,4,1\n"
+        "2024-05-10 12:00:06+00:30,5,1\n"  # a cached minute with another offset: 11:30:06 UTC
     )
-    assert load_trace(write(tmp_path, "tz.csv", text)).offsets == pytest.approx([0, 1, 2])
+    tr = load_trace(write(tmp_path, "tz.csv", text))
+    assert tr.reordered and tr.input_tokens == (5, 1, 3, 4, 2)
+    assert tr.offsets == pytest.approx([0, 1794, 1795, 1796, 1799])
 
 
 def test_burstgpt_seconds_and_failed_requests_skipped(tmp_path: Path) -> None:
