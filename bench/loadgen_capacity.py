@@ -47,7 +47,6 @@ from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
     from store.db import Store
-    from store.lifecycle import open_store
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKENS = 256
@@ -362,6 +361,7 @@ def main() -> int:
         return _raw_main()
     sys.path.insert(0, str(ROOT))
     from sim.mockserver import MockConfig, MockServer
+    from store.lifecycle import open_store
 
     ncpu = os.cpu_count() or 1
     pin = not a.no_pin and ncpu >= 2

@@ -156,6 +156,9 @@ class ResultBatch:
     #: previous one (a 0 ms gap: the loop read later than the gap between them) ...
     events: int = 0
     same_read: int = 0
+    #: rows whose first content event came in one read with the second (their TTFT is late
+    #: by up to the loop's delay)
+    first_same_read: int = 0
     #: ... how late the loop read the socket after the kernel got the data since the last
     #: batch (``rx_stamps.DELAY_EDGES_MS`` histogram; kernel stamps only) ...
     read_delays: list[int] | None = None
@@ -554,6 +557,8 @@ class Driver:
         batch.events += acc.chunks
         if gaps:
             batch.same_read += gaps.count(0.0)
+            if gaps[0] == 0.0:
+                batch.first_same_read += 1
 
     # --- emitting -----------------------------------------------------------------------
 

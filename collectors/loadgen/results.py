@@ -61,12 +61,14 @@ def client_bound(
     events: int = 0,
     same_read: int = 0,
     cpu_share: float | None = None,
+    first_same_read: int = 0,
 ) -> ClientBound:
     """Did the client keep up? See the module docstring for the rules; ``timestamps`` is the
     read instants' source ("kernel" | "loop"; None: not known, judged as "loop"),
     ``read_delay_p99_ms`` how late the loop read the socket after the kernel got the data,
-    ``same_read`` of ``events`` content events came in one read with the previous one,
-    ``cpu_share`` the busiest worker's CPU over its wall time.
+    ``same_read`` of ``events`` content events came in one read with the previous one (in
+    ``first_same_read`` requests, the first one with the second: TTFT late by up to the
+    loop's delay), ``cpu_share`` the busiest worker's CPU over its wall time.
 
     ``achieved_rate`` is requests sent per second: over the span of the sends for an open loop
     (compared with the schedule's own span, so that the randomness of a Poisson sample does not
@@ -103,11 +105,17 @@ def client_bound(
             and read_delay_p99_ms is not None
             and read_delay_p99_ms > MIN_READ_DELAY_MS
         ):
+            firsts = (
+                f", the first token of {first_same_read} request(s) with the second, so their "
+                "TTFT is late by up to that delay"
+                if first_same_read
+                else ""
+            )
             reasons.append(
                 f"{share:.1%} of the content events were read together with the previous one "
                 f"(the event loop read the socket up to {_ms(read_delay_p99_ms)} after the data "
-                "arrived, at P99): those token gaps are stored as 0 ms and ITL shorter than "
-                "the loop's delay is not resolved"
+                f"arrived, at P99){firsts}: those token gaps are stored as 0 ms and ITL "
+                "shorter than the loop's delay is not resolved"
             )
     elif loop_lag_p99_ms is not None and loop_lag_p99_ms > MAX_P99_LOOP_LAG_MS:
         reasons.append(
@@ -154,6 +162,7 @@ class RunCollector:
         self.timestamps: set[str] = set()
         self.events = 0
         self.same_read = 0
+        self.first_same_read = 0
         self.read_delays = [0] * (len(DELAY_EDGES_MS) + 1)
         self.worker_cpu: dict[int, tuple[float, float]] = {}  # worker → (cpu s, wall s)
 
@@ -162,6 +171,7 @@ class RunCollector:
             self.timestamps.add(batch.timestamps)
         self.events += batch.events
         self.same_read += batch.same_read
+        self.first_same_read += batch.first_same_read
         if batch.read_delays:
             for i, c in enumerate(batch.read_delays[: len(self.read_delays)]):
                 self.read_delays[i] += c
@@ -258,4 +268,5 @@ class RunCollector:
             events=self.events,
             same_read=self.same_read,
             cpu_share=self.cpu_share,
+            first_same_read=self.first_same_read,
         )

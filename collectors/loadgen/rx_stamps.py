@@ -19,6 +19,7 @@ data (a log-spaced histogram: cheap enough for every read).
 from __future__ import annotations
 
 import socket
+import struct
 import sys
 import time
 from bisect import bisect_left
@@ -27,8 +28,11 @@ from collections.abc import Callable
 #: ``socket.SO_TIMESTAMPNS`` (Linux's value where the constant is missing)
 SO_TIMESTAMPNS: int = getattr(socket, "SO_TIMESTAMPNS", 35)
 SCM_TIMESTAMPNS = SO_TIMESTAMPNS  # the control message's type is the option's value
-#: room for one timespec control message (two 64-bit fields)
-CMSG_SIZE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 32
+#: struct timespec: time_t and long, both the platform's long on Linux
+_TIMESPEC = struct.Struct("@ll")
+_SOL_SOCKET = socket.SOL_SOCKET
+#: room for one timespec control message
+CMSG_SIZE = socket.CMSG_SPACE(_TIMESPEC.size) if hasattr(socket, "CMSG_SPACE") else 32
 #: how often (seconds) the realtime → perf_counter offset is measured again
 REFRESH_S = 1.0
 #: an offset change larger than this is a clock step (slewing moves it by µs per second)
@@ -77,10 +81,9 @@ def enable(sock: socket.socket) -> str | None:
 def stamp_of(ancdata: list[tuple[int, int, bytes]]) -> float | None:
     """The CLOCK_REALTIME seconds in a ``recvmsg`` result's control messages, or None."""
     for level, kind, data in ancdata:
-        if level == socket.SOL_SOCKET and kind == SCM_TIMESTAMPNS and len(data) >= 16:
-            sec = int.from_bytes(data[0:8], sys.byteorder, signed=True)
-            nsec = int.from_bytes(data[8:16], sys.byteorder, signed=True)
-            return sec + nsec * 1e-9
+        if kind == SCM_TIMESTAMPNS and level == _SOL_SOCKET and len(data) >= _TIMESPEC.size:
+            sec, nsec = _TIMESPEC.unpack_from(data)
+            return float(sec + nsec * 1e-9)
     return None
 
 

@@ -116,7 +116,13 @@ def test_run_collector_judges_from_its_batches() -> None:
     delays[DELAY_EDGES_MS.index(20.0)] = 100
     collector.add(
         ResultBatch(
-            timestamps="kernel", events=1000, same_read=50, read_delays=delays, cpu_s=1, wall_s=4
+            timestamps="kernel",
+            events=1000,
+            same_read=50,
+            first_same_read=3,
+            read_delays=delays,
+            cpu_s=1,
+            wall_s=4,
         )
     )
     assert collector.read_delay_p99_ms == 20.0
@@ -124,4 +130,5 @@ def test_run_collector_judges_from_its_batches() -> None:
     verdict = collector.verdict(open_loop=False, duration_s=4.0, loop_lag_p99_ms=30.0)
     assert verdict.bound and verdict.reason is not None
     assert "5.0% of the content events" in verdict.reason
+    assert "first token of 3 request(s)" in verdict.reason
     assert "event loop woke" not in verdict.reason  # kernel stamps: the loop's lag is no reason
