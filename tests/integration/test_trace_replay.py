@@ -23,7 +23,9 @@ from collectors.loadgen.config import BenchConfig
 from collectors.loadgen.runner import run_benchmark
 from collectors.loadgen.traces import load_trace
 from errors import ExitCode
+from sim.engine import EngineConfig
 from sim.mockserver import MockServer
+from sim.server import start_in_thread
 from store.lifecycle import open_store
 
 N = 150  # requests per trace: P99 is then the 2nd-worst arrival
@@ -190,6 +192,39 @@ def test_speed_window_and_cut_reach_the_run(server: MockServer, tmp_path: Path) 
     assert params["speed"] == 2.0 and params["window_s"] == [1.0, 2.5]
     assert params["requests"] == 30 and params["rows_read"] == N + 1
     assert run_id.endswith("-trace2")
+
+
+def test_the_sim_generates_the_trace_lengths_only_with_ignore_eos(tmp_path: Path) -> None:
+    """An engine stops at its end-of-sequence token: ``servescope sim`` (like vLLM) gives each
+    request its own "natural" length capped by max_tokens unless asked to ignore EOS."""
+    path = tmp_path / "BurstGPT_1.csv"
+    outputs = [300, 250, 400, 350, 280, 320]
+    path.write_text(
+        "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+        + "".join(f"{i * 0.2:.1f},ChatGPT,64,{n},0,API log\n" for i, n in enumerate(outputs))
+    )
+    sim = start_in_thread(EngineConfig.from_names("H100-SXM-80GB", "llama-3.1-8b"), time_scale=50.0)
+    try:
+        got = {}
+        for ignore_eos in (False, True):
+            store = open_store(f"duckdb:///{tmp_path / f'sim-{ignore_eos}.duckdb'}")
+            cfg = BenchConfig(
+                endpoint=sim.url,
+                trace=str(path),
+                ignore_eos=ignore_eos,
+                metrics_url="off",
+                gpu=False,
+            )
+            (run_id,) = run_benchmark(cfg, store, progress=False)
+            reqs = store.read_df(
+                "select output_tokens from requests where run_id = :r order by seq", {"r": run_id}
+            )
+            got[ignore_eos] = list(reqs.output_tokens)
+    finally:
+        sim.stop()
+    assert got[True] == outputs
+    assert all(g <= n for g, n in zip(got[False], outputs, strict=True))
+    assert got[False] != outputs  # natural lengths: median 200 tokens, under most of these
 
 
 @pytest.mark.parametrize(
