@@ -165,7 +165,12 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="output length of every request (overrides the workload)",
     )
     p.add_argument(
-        "--ignore-eos", action="store_true", help="send ignore_eos: true (vLLM, SGLang, llama.cpp)"
+        "--ignore-eos",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="send ignore_eos: true (vLLM, SGLang, llama.cpp), so every request generates the "
+        "tokens it asks for (default: on with --trace, whose output lengths are the point; "
+        "off otherwise)",
     )
     p.add_argument(
         "--slo", metavar="PROFILE", help="SLO profile the runs are meant for (catalog name)"
@@ -344,7 +349,9 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         duration_s=args.duration,
         warmup=args.warmup,
         max_tokens=args.max_tokens,
-        ignore_eos=args.ignore_eos,
+        ignore_eos=args.ignore_eos
+        if args.ignore_eos is not None
+        else bool(getattr(args, "trace", None)),
         slo=args.slo,
         framework=args.framework,
         precision=getattr(args, "precision", None),
@@ -399,6 +406,18 @@ def run(args: argparse.Namespace) -> int:
 
     config = config_from_args(args)
     max_error_rate = getattr(args, "max_error_rate", 1.0)
+    if config.trace:
+        # a bad trace file is bad input: said before the store is opened (or created)
+        from collectors.loadgen.traces import load_trace
+
+        load_trace(
+            config.trace,
+            fmt=config.trace_format,
+            speed=config.trace_speed,
+            window=config.trace_window,
+            requests=config.requests,
+            duration_s=config.duration_s,
+        )
     store = open_store(args.db)
     code = 0
     interrupted: dict[int, Any] = {}
