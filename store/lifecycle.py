@@ -4,14 +4,39 @@ nothing of the schema; this module, above it and the migrations, puts them toget
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+
+import sqlalchemy as sa
 
 from store import catalog, migrations
 from store.db import Store
 
 _initialised: set[str] = set()
 _lock = threading.Lock()
+
+#: PostgreSQL advisory lock key held while a process migrates and seeds a store: processes
+#: opening a new database together (the hosts of ``bench --shard``) would otherwise each
+#: create the same tables and seed the same rows, and all but one fail on duplicate keys.
+SCHEMA_LOCK_KEY = 0x5E5C_09E0
+
+
+@contextlib.contextmanager
+def _schema_lock(store: Store) -> Iterator[None]:
+    """On PostgreSQL, one process at a time migrates and seeds (a session advisory lock on a
+    connection of its own); elsewhere nothing (DuckDB's file lock already serialises writers)."""
+    if store.dialect != "postgresql":
+        yield
+        return
+    with store.engine.connect() as conn:
+        conn.execute(sa.text("SELECT pg_advisory_lock(:k)"), {"k": SCHEMA_LOCK_KEY})
+        conn.commit()
+        try:
+            yield
+        finally:
+            conn.execute(sa.text("SELECT pg_advisory_unlock(:k)"), {"k": SCHEMA_LOCK_KEY})
+            conn.commit()
 
 
 def initialise(store: Store, *, force: bool = False) -> None:
@@ -21,8 +46,9 @@ def initialise(store: Store, *, force: bool = False) -> None:
     with _lock:
         if key in _initialised and not force:
             return
-        migrations.migrate(store)
-        catalog.seed(store)
+        with _schema_lock(store):
+            migrations.migrate(store)
+            catalog.seed(store)
         store.read_store_id()
         if ":memory:" not in key:
             _initialised.add(key)
