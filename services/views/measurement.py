@@ -91,7 +91,7 @@ def run_measurement(store: Store, run_id: str) -> RunMeasurement | None:
         if status not in (None, "completed"):
             why = f": {e['error']}" if e.get("error") else ""
             notes.append(f"host {e['host']} (shard {e.get('shard', '?')}) {status}{why}")
-    notes.extend(_strings(summary.get("shard_notes")))
+    notes.extend(_strings(summary.get("clock_warnings")))
     workers = summary.get("workers", params.get("workers"))
     lag = summary.get("p99_loop_lag_ms")
     return RunMeasurement(
