@@ -109,16 +109,27 @@ class ShardCoordinator:
 
     def join(self) -> None:
         self.clock = clock_offset(run_shards.clock_samples(self.store))
-        run_shards.join(
-            self.store,
-            self.run,
-            shard=self.shard,
-            shards=self.shards,
-            host=self.host,
-            clock_offset_ms=round(self.clock.offset_ms, 3),
-            clock_rtt_ms=round(self.clock.rtt_ms, 3),
-            stale_s=self.stale_s,
-        )
+        try:
+            run_shards.join(
+                self.store,
+                self.run,
+                shard=self.shard,
+                shards=self.shards,
+                host=self.host,
+                clock_offset_ms=round(self.clock.offset_ms, 3),
+                clock_rtt_ms=round(self.clock.rtt_ms, 3),
+                stale_s=self.stale_s,
+            )
+        except CollectorError:
+            # too late: the run started without this host. When every host of it has gone
+            # silent (all died), nobody is left to end it: end it here (interrupted).
+            settled = run_shards.settle(self.store, self.run_id, stale_s=self.stale_s)
+            if settled.state == "merged":
+                self.say(
+                    f"[yellow]{self.run_id}: every host of it had stopped heartbeating: ended "
+                    f"it as {settled.run_status}[/yellow]"
+                )
+            raise
         warning = clock_warning(self.host, self.clock.offset_ms)
         self.say(
             f"{self.run_id}: joined as {self.label}; clock offset to the store "

@@ -25,6 +25,7 @@ import pytest
 
 from collectors.loadgen.config import BenchConfig
 from collectors.loadgen.runner import run_bench
+from collectors.loadgen.shards import ShardCoordinator
 from errors import CollectorError, InputError
 from sim.mockserver import MockServer
 from store import run_figures, run_shards
@@ -431,6 +432,24 @@ def test_joining_is_refused_with_nothing_written(pg_store: tuple[str, Store]) ->
     with pytest.raises(InputError, match="already ended"):
         _join(store, "g-c3", 0)
     assert _counts(store) == (1, 3)
+
+
+def test_a_run_whose_hosts_all_died_is_ended_by_a_late_joiner(
+    pg_store: tuple[str, Store],
+) -> None:
+    _db, store = pg_store
+    run = _run("dead-c2")
+    for shard in range(2):
+        _join(store, "dead-c2", shard, shards=2)
+        run_shards.ready(store, "dead-c2", shard, lead_s=0.0)
+    coord = ShardCoordinator(
+        store, run, shard=1, shards=2, host="late", counts=lambda: (0, 0, 0), stale_s=0.05
+    )
+    time.sleep(0.1)  # both hosts are silent past stale_s
+    with pytest.raises(CollectorError, match="joins too late"):
+        coord.join()
+    assert _run_row(store, "dead-c2")["status"] == "interrupted"
+    assert [s.status for s in run_shards.read(store, "dead-c2")] == ["failed", "failed"]
 
 
 def test_a_silent_joined_host_is_replaced_and_a_run_never_started_is_left_clean(
