@@ -217,6 +217,24 @@ def _check_one_run(store: Store, outs: list[str]) -> None:
     assert skew < 0.5
 
 
+def test_an_open_loop_is_shared_out_request_by_request(
+    sim: MockServer, pg_store: tuple[str, Store], tmp_path: Path
+) -> None:
+    db, store = pg_store
+    args = ("--rate", "40", "--requests", "60", "--arrival", "constant")
+    with hosts(sim.url, db, "open", tmp_path, *args, n=2) as procs:
+        codes = [_wait(p, 60, tmp_path, i + 1) for i, p in enumerate(procs)]
+    assert codes == [0, 0], [_log(tmp_path, i) for i in (1, 2)]
+    rows = store.read_df("SELECT seq, host, scheduled_at FROM requests ORDER BY seq")
+    assert rows["seq"].tolist() == list(range(60))
+    assert rows["host"].tolist() == ["host-1", "host-2"] * 30  # request j is shard j mod 2's
+    gaps = np.diff(rows["scheduled_at"].to_numpy(dtype=float))  # one schedule over both hosts
+    assert np.median(gaps) == pytest.approx(1 / 40, abs=0.005)
+    run = _run_row(store, "open-r40")
+    assert run["status"] == "completed" and run["target_rate"] == 40
+    assert run["achieved_rate"] == pytest.approx(40, rel=0.25)  # the hosts' rates summed
+
+
 def test_a_host_killed_mid_run_is_marked_and_the_others_rows_kept(
     sim: MockServer, pg_store: tuple[str, Store], tmp_path: Path
 ) -> None:
