@@ -55,6 +55,11 @@ ROW_FIELDS: tuple[str, ...] = (
 )
 
 
+#: open loop: the last this many seconds before a request is due are waited loop turn by loop
+#: turn instead of on a timer (see ``Driver._until``)
+SPIN_S = 0.0015
+
+
 class Endpoint(Protocol):
     """What the engine needs from an inference endpoint (implemented by ``HttpxEndpoint``)."""
 
@@ -149,8 +154,10 @@ class ResultBatch:
     rows: list[tuple[Any, ...]] = field(default_factory=list)
     gaps: list[array[float]] = field(default_factory=list)
     #: what the client-bound verdict needs besides the rows (``results.RunCollector``):
-    #: the worker, its read-instant source ("kernel" | "loop" | None before any read) ...
+    #: the worker, its load kind (``WorkerPlan.kind``), its read-instant source ("kernel" |
+    #: "loop" | None before any read) ...
     worker: int = 0
+    kind: str = ""
     timestamps: str | None = None
     #: ... content events of the rows, and how many of them came in one read with the
     #: previous one (a 0 ms gap: the loop read later than the gap between them) ...
@@ -380,21 +387,21 @@ class Driver:
                 break
             if not self._may_issue():
                 break
-            delay = t - self.clock.perf()
-            if delay > 0:
-                try:
-                    await asyncio.sleep(delay)
-                except asyncio.CancelledError:
-                    if not self._stopping:
-                        raise
-                    current = asyncio.current_task()
-                    if current is not None:
-                        current.uncancel()
-                    break
-                if not self._may_issue():
-                    break
+            # ready before it is due: the request is built while waiting, not after
             conv = self.factory.conversation(index - 1)
-            task = asyncio.get_running_loop().create_task(self._conversation_task(conv, t))
+            body = self._first_body(conv)
+            try:
+                await self._until(t)
+            except asyncio.CancelledError:
+                if not self._stopping:
+                    raise
+                current = asyncio.current_task()
+                if current is not None:
+                    current.uncancel()
+                break
+            if not self._may_issue():
+                break
+            task = asyncio.get_running_loop().create_task(self._conversation_task(conv, t, body))
             pending.append(task)
             if len(pending) > 4096:
                 pending = [p for p in pending if not p.done()]
@@ -402,8 +409,21 @@ class Driver:
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
 
-    async def _conversation_task(self, conv: Conversation, scheduled: float) -> None:
-        await self._conversation(conv, scheduled)
+    async def _until(self, t: float) -> None:
+        """Return at perf instant ``t``, within a loop turn: the loop's timers wake up to 1 ms
+        late (epoll waits whole milliseconds, rounded up), so the last ``SPIN_S`` are waited
+        turn by turn (``sleep(0)``: reads are still served in between)."""
+        perf = self.clock.perf
+        delay = t - perf() - SPIN_S
+        if delay > 0:
+            await asyncio.sleep(delay)
+        while perf() < t:
+            await asyncio.sleep(0)
+
+    async def _conversation_task(
+        self, conv: Conversation, scheduled: float, first_body: bytes | None = None
+    ) -> None:
+        await self._conversation(conv, scheduled, first_body)
 
     async def _guard(self, *coros: Any) -> None:
         results = await asyncio.gather(*coros, return_exceptions=True)
@@ -570,6 +590,7 @@ class Driver:
             batch.read_delays = delays
         if batch.rows or batch.read_delays:
             batch.worker = self.plan.worker
+            batch.kind = self.plan.kind
             batch.timestamps = self._timestamp_source()[0]
             if self._start:
                 batch.cpu_s = time.process_time() - self._cpu0
