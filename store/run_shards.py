@@ -23,7 +23,7 @@ from sqlalchemy.dialects import postgresql
 from analysis.shards import SHARD_FINAL, ClockSample, ShardShare, iso, merge_shares
 from errors import CollectorError, InputError
 from store import rollups, schema
-from store.db import Store
+from store.db import Store, mask_url
 from store.ingest import FINAL_STATUSES, JSON_RUN_FIELDS
 
 T: Final = schema.run_shards
@@ -35,9 +35,22 @@ _DB_NOW: Final = sa.select(_NOW)
 
 def require_postgres(store: Store) -> None:
     """``bench --shard`` needs a store several hosts can write at once: PostgreSQL."""
-    if store.dialect != "postgresql":
+    _require(store.dialect, store.url)
+
+
+def require_postgres_url(url: str) -> None:
+    """``require_postgres`` for a store URL not opened yet (nothing is created when refused)."""
+    try:
+        dialect = sa.engine.make_url(url).get_backend_name()
+    except sa.exc.ArgumentError:
+        dialect = url.split(":", 1)[0] or "not a database URL"
+    _require(dialect, mask_url(url))
+
+
+def _require(dialect: str, shown: str) -> None:
+    if dialect != "postgresql":
         raise InputError(
-            f"--shard needs a PostgreSQL store; {store.url} is {store.dialect}",
+            f"--shard needs a PostgreSQL store; {shown} is {dialect}",
             hint="DuckDB takes one writing process at a time and cannot be shared by hosts: give "
             "every host the same --db postgresql+psycopg://user@host/db",
         )

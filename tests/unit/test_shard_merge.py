@@ -13,6 +13,8 @@ from analysis.shards import (
     merge_shares,
     merged_status,
 )
+from errors import InputError
+from store.run_shards import require_postgres_url
 
 
 def test_offset_is_the_database_clock_minus_the_midpoint_of_the_tightest_sample() -> None:
@@ -145,3 +147,13 @@ def test_status_over_totals_when_every_share_arrived() -> None:
     assert merged_status(ok, max_error_rate=0.05) == "failed"  # 10 % failed > 5 %
     none_ok = [share(i, ok=0, errors=10) for i in range(3)]
     assert merged_status(none_ok) == "failed"
+
+
+def test_shard_store_urls() -> None:
+    require_postgres_url("postgresql+psycopg://bench:secret@pg/servescope")
+    with pytest.raises(InputError) as refused:
+        require_postgres_url("duckdb:///x.duckdb")
+    assert "needs a PostgreSQL store; duckdb:///x.duckdb is duckdb" in str(refused.value)
+    with pytest.raises(InputError) as err:
+        require_postgres_url("sqlite://user:secret@/x.db")
+    assert "secret" not in str(err.value)
