@@ -413,9 +413,12 @@ def resolve_framework(
 def _live_metrics_urls(
     cfg: BenchConfig, transport: httpx.AsyncBaseTransport | None
 ) -> tuple[str, ...]:
-    """The engine /metrics URLs to scrape during each run (``--metrics-url``)."""
+    """The engine /metrics URLs to scrape during each run (``--metrics-url``). Of the hosts of a
+    sharded run only the first (``--shard 1/N``) scrapes: the server's series once, not N times."""
     if cfg.metrics_url in (None, "off") or transport is not None:
         return ()  # an injected transport means no real server to scrape
+    if cfg.shard is not None and cfg.shard[0] != 0:
+        return ()
     if cfg.metrics_url == "auto":
         found = resolve_metrics_url(cfg.endpoint)
         return (found,) if found else ()
@@ -890,7 +893,7 @@ def run_level(
     try:
         sampling = LiveCollection.start(
             metrics_urls=prep.metrics_urls,
-            dcgm_urls=cfg.dcgm_urls,
+            dcgm_urls=cfg.dcgm_urls if cfg.shard is None or cfg.shard[0] == 0 else (),
             gpu=cfg.gpu,
             interval_s=cfg.collect_interval_s,
             writer=writer,

@@ -157,3 +157,21 @@ def test_shard_store_urls() -> None:
     with pytest.raises(InputError) as err:
         require_postgres_url("sqlite://user:secret@/x.db")
     assert "secret" not in str(err.value)
+
+
+def test_only_the_first_host_scrapes_the_server() -> None:
+    from collectors.loadgen.config import BenchConfig
+    from collectors.loadgen.runner import _live_metrics_urls
+
+    def urls(shard: tuple[int, int] | None) -> tuple[str, ...]:
+        cfg = BenchConfig(
+            endpoint="http://llm:8000",
+            metrics_url="http://llm:8000/metrics",
+            shard=shard,
+            group="g" if shard else None,
+        )
+        return _live_metrics_urls(cfg, None)
+
+    assert urls(None) == ("http://llm:8000/metrics",)
+    assert urls((0, 3)) == ("http://llm:8000/metrics",)
+    assert urls((1, 3)) == urls((2, 3)) == ()
