@@ -3,6 +3,7 @@
 Modules, from the wire up:
 
 - ``http1``, ``transport``: a lean httpx transport (raw asyncio HTTP/1.1, reads timestamped);
+  ``rx_stamps``: the kernel's receive timestamps those reads carry (docs/timing.md);
 - ``sse``: the incremental SSE reader that times content chunks without decoding JSON;
 - ``client``: request bodies and ``HttpxEndpoint`` (one ``httpx.AsyncClient``);
 - ``workloads``, ``prompts``, ``arrivals``: what to send and when (seeded);

@@ -9,7 +9,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -226,3 +226,90 @@ def test_a_run_records_its_timestamp_source(tmp_path: Path) -> None:
     assert loop["timestamps"] == ["loop"]
     notes = loop["timestamps_notes"]
     assert isinstance(notes, list) and "--timestamps loop" in notes[0]
+
+
+class KeepAliveServer:
+    """Answers one request per connection with a keep-alive response, then reads the next
+    request on that connection and hangs up without answering (a server that closed an idle
+    connection just as it was reused); counts connections and request bytes."""
+
+    def __init__(self) -> None:
+        self.connections = 0
+        self.received: list[int] = []
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _request(self, conn: socket.socket) -> int:
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            data = conn.recv(1 << 20)
+            if not data:
+                return -1
+            buf += data
+        head, _, body = buf.partition(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":")[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length")
+        )
+        while len(body) < length:
+            body += conn.recv(1 << 20)
+        return len(body)
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            self.connections += 1
+            with conn:
+                self.received.append(self._request(conn))
+                conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                self._request(conn)  # the reused connection's request: never answered
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def _collect(into: bytearray) -> Callable[[bytes, float], None]:
+    def sink(data: bytes, _t: float) -> None:
+        into.extend(data)
+
+    return sink
+
+
+def test_a_reused_connection_closed_by_the_server_is_retried_and_large_bodies_go_out() -> None:
+    server = KeepAliveServer()
+
+    async def go() -> list[tuple[int, bool]]:
+        transport = LeanTransport()
+        key = ("http", "127.0.0.1", server.port)
+        out = []
+        for size in (10, 4 << 20):  # the second does not fit in one send: written in parts
+            body = b"x" * size
+            request = (
+                b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: "
+                + str(size).encode()
+                + b"\r\n\r\n"
+                + body
+            )
+            timing = SendTiming()
+            head, stream = await transport.send(key, request, "POST", timing, {"read": 10})
+            body_read = bytearray()
+            await stream.consume(_collect(body_read))
+            await stream.aclose()
+            assert bytes(body_read) == b"ok"
+            out.append((head.status, timing.reused))
+        await transport.aclose()
+        return out
+
+    try:
+        results = asyncio.run(go())
+    finally:
+        server.close()
+    assert [status for status, _ in results] == [200, 200]
+    assert server.connections == 2  # the second request was sent again on a new connection
+    assert server.received == [10, 4 << 20]
