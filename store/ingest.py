@@ -117,7 +117,7 @@ def _delete_run(conn: sa.Connection, run_id: str) -> int:
     version = conn.execute(
         sa.select(schema.runs.c.data_version).where(schema.runs.c.run_id == run_id)
     ).scalar()
-    for table in (schema.token_gaps, schema.requests, schema.runs):
+    for table in (schema.token_gaps, schema.requests, schema.run_shards, schema.runs):
         conn.execute(sa.delete(table).where(table.c.run_id == run_id))
     return int(version or 0)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import random
 import signal
@@ -554,6 +555,8 @@ def _trace_params(trace: Trace | None) -> dict[str, Any] | None:
         "span_s": round(trace.span_s, 6),
         "rows_read": trace.rows_read,
         "rows_skipped": trace.rows_skipped,
+        "rows_unusable": trace.rows_unusable,
+        "reordered": trace.reordered,
     }
 
 
@@ -858,6 +861,8 @@ def run_level(
     share; the run row is merged over every host by the last to finish, never written whole by
     one host."""
     stopper = stopper or StopSignals()
+    if transport is not None and not cfg.in_process:
+        cfg = dataclasses.replace(cfg, in_process=True)  # an injected transport: this process
     plans = worker_plans(cfg, prep, level)
     run = _base_run(cfg, prep, level, run_id, bench_id)
     counting: list[RunCollector] = []

@@ -418,6 +418,11 @@ def run(args: argparse.Namespace) -> int:
             requests=config.requests,
             duration_s=config.duration_s,
         )
+    if config.shard is not None:  # refused before a DuckDB file would be created
+        import settings
+        from store.run_shards import require_postgres_url
+
+        require_postgres_url(args.db or settings.db_url())
     store = open_store(args.db)
     code = 0
     interrupted: dict[int, Any] = {}

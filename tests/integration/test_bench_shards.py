@@ -543,6 +543,7 @@ def test_shard_with_a_duckdb_store_is_refused(tmp_path: Path) -> None:
     assert proc.returncode == 2, proc.stderr
     assert "--shard needs a PostgreSQL store" in proc.stderr
     assert "postgresql+psycopg://" in proc.stderr
+    assert not db.exists()  # refused before the store was opened: no file created
     assert proc.stdout == ""
     if db.exists():
         store = open_store(f"duckdb:///{db}")
