@@ -320,6 +320,8 @@ class BenchConfig:
             raise InputError(
                 f"--timestamps {self.timestamps!r} unknown; choose one of: {', '.join(TIMESTAMPS)}"
             )
+        if self.timestamps == "kernel":
+            self._check_kernel_stamps()
         self._check_shard()
         if not self.timeout_s > 0:
             raise InputError(f"--timeout must be > 0 seconds, got {self.timeout_s}")
@@ -360,6 +362,22 @@ class BenchConfig:
                     f"--trace-window {start:g}s:{end:g}s is not START:END with 0 ≤ START < END",
                     hint="e.g. --trace-window 10m:20m (from the trace's first arrival)",
                 )
+
+    def _check_kernel_stamps(self) -> None:
+        """``--timestamps kernel`` where reads cannot carry kernel stamps: said before measuring."""
+        from urllib.parse import urlsplit
+
+        from collectors.loadgen.rx_stamps import kernel_unavailable_reason
+
+        why = kernel_unavailable_reason(urlsplit(self.endpoint.strip()).scheme)
+        if why is None and self.transport == "httpx":
+            why = "the httpx transport reads through httpcore, which keeps no receive stamps"
+        if why is not None:
+            raise InputError(
+                f"--timestamps kernel is not available here: {why}",
+                hint="use --timestamps auto (kernel stamps where available, else the loop's, "
+                "recorded on the run) or --timestamps loop",
+            )
 
     def _check_shard(self) -> None:
         if self.shard is None:

@@ -149,3 +149,23 @@ def test_auto_workers_one_per_256_streams_up_to_the_free_cores() -> None:
     assert auto_workers("concurrency", 1024, cores=1, load=0).workers == 1
     assert auto_workers("rate", 600.0, cores=8, load=1).workers == 3
     assert free_cores(2, 5.0) == 1 and free_cores(8, 0.4) == 8
+
+
+def test_kernel_timestamps_where_unavailable_are_refused_before_measuring() -> None:
+    plain = BenchConfig(
+        endpoint="http://x:1", workload="mixed", rate=(1.0,), requests=5, timestamps="kernel"
+    )
+    assert plain.validated().timestamps == "kernel"  # Linux, plain HTTP: available
+    with pytest.raises(InputError, match="https: TLS records are decrypted"):
+        BenchConfig(
+            endpoint="https://x:1", workload="mixed", rate=(1.0,), requests=5, timestamps="kernel"
+        ).validated()
+    with pytest.raises(InputError, match="httpx transport"):
+        BenchConfig(
+            endpoint="http://x:1",
+            workload="mixed",
+            rate=(1.0,),
+            requests=5,
+            timestamps="kernel",
+            transport="httpx",
+        ).validated()
