@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from loadgen_capacity import raw_subprocess, request_body  # noqa: E402
+from loadgen_capacity import raw_subprocess, request_body, server_stats  # noqa: E402
 
 from collectors.loadgen.config import BenchConfig  # noqa: E402
 from collectors.loadgen.runner import run_benchmark  # noqa: E402
@@ -50,16 +50,6 @@ from store.lifecycle import open_store  # noqa: E402
 TTFT_MS, ITL_MS = 50.0, 10.0
 INPUT_TOKENS = 64
 KEYS = ("ttft_p50", "ttft_p99", "itl_p50", "itl_p99")
-
-
-def _stats(url: str, *, reset: bool) -> dict[str, Any]:
-    import urllib.request
-
-    with urllib.request.urlopen(
-        url + "/mock/stats" + ("?reset=1" if reset else ""), timeout=60
-    ) as r:
-        data: dict[str, Any] = json.loads(r.read())
-    return data
 
 
 def _errors(
@@ -86,10 +76,10 @@ def run_servescope(url: str, streams: int, tokens: int, per_stream: int, stamps:
             workers=1,
             timestamps=stamps,
         )
-        _stats(url, reset=True)
+        server_stats(url, reset=True)
         load0 = os.getloadavg()[0]
         [run_id] = run_benchmark(cfg, store, progress=False)
-        truth = _stats(url, reset=False)
+        truth = server_stats(url, reset=False)
         req = store.read_df("select ttft_ms, status from requests where run_id = :r", {"r": run_id})
         gaps = store.read_df("select gap_ms from token_gaps where run_id = :r", {"r": run_id})
         run = store.read_df(
@@ -117,10 +107,10 @@ def run_servescope(url: str, streams: int, tokens: int, per_stream: int, stamps:
 
 
 def run_raw(url: str, body: bytes, streams: int, per_stream: int) -> dict:
-    _stats(url, reset=True)
+    server_stats(url, reset=True)
     load0 = os.getloadavg()[0]
     r = raw_subprocess(url, body, streams, 600.0, per_stream)
-    truth = _stats(url, reset=False)
+    truth = server_stats(url, reset=False)
     out: dict[str, Any] = dict(
         _errors(
             np.array(r["ttft_ms"]),

@@ -314,6 +314,23 @@ async def _probe(ep: HttpxEndpoint, cfg: BenchConfig, model: str) -> Calibration
     return cal
 
 
+def config_trace(cfg: BenchConfig) -> Trace:
+    """``cfg``'s trace as it will be replayed: windowed, scaled and cut by --requests/--duration
+    (``traces.load_trace``, which keeps the last few read: checking it first costs nothing)."""
+    from collectors.loadgen.traces import load_trace
+
+    if not cfg.trace:
+        raise InputError("no --trace given")
+    return load_trace(
+        cfg.trace,
+        fmt=cfg.trace_format,
+        speed=cfg.trace_speed,
+        window=cfg.trace_window,
+        requests=cfg.requests,
+        duration_s=cfg.duration_s,
+    )
+
+
 def prepare(
     cfg: BenchConfig,
     store: Store,
@@ -326,16 +343,7 @@ def prepare(
     dataset: tuple[DatasetItem, ...] | None = None
     trace: Trace | None = None
     if cfg.trace:
-        from collectors.loadgen.traces import load_trace
-
-        trace = load_trace(
-            cfg.trace,
-            fmt=cfg.trace_format,
-            speed=cfg.trace_speed,
-            window=cfg.trace_window,
-            requests=cfg.requests,
-            duration_s=cfg.duration_s,
-        )
+        trace = config_trace(cfg)
     elif cfg.workload:
         workload = parse_workload(catalog.get(store, "workloads", cfg.workload))
     elif cfg.workload_spec:

@@ -376,34 +376,24 @@ def load_trace(
     """
     try:
         st = Path(path).resolve().stat()
-    except OSError:
-        return _read_trace(path, fmt, speed, window, requests, duration_s)  # says what is wrong
+    except OSError:  # not there: read it uncached, to say what is wrong
+        return _read_trace.__wrapped__(None, path, fmt, speed, window, requests, duration_s)
     key = (str(Path(path).resolve()), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-    return _cached_trace(key, str(path), fmt, speed, window, requests, duration_s)
+    return _read_trace(key, str(path), fmt, speed, window, requests, duration_s)
 
 
 @functools.lru_cache(maxsize=4)
-def _cached_trace(
-    key: tuple[str, int, int, int, int],
-    path: str,
+def _read_trace(
+    key: tuple[str, int, int, int, int] | None,
+    path: str | Path,
     fmt: str | None,
     speed: float,
     window: tuple[float, float] | None,
     requests: int | None,
     duration_s: float | None,
 ) -> Trace:
-    return _read_trace(path, fmt, speed, window, requests, duration_s)
-
-
-def _read_trace(
-    path: str | Path,
-    fmt: str | None = None,
-    speed: float = 1.0,
-    window: tuple[float, float] | None = None,
-    requests: int | None = None,
-    duration_s: float | None = None,
-) -> Trace:
-    """Read a trace file into a ``Trace`` ready to replay.
+    """Read a trace file into a ``Trace`` ready to replay (``key``: the file's identity, for
+    the cache only).
 
     ``window`` (seconds of the original trace from its first arrival, [start, end)) is taken
     first; then the offsets start at the window's first arrival and are divided by ``speed``;

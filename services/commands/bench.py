@@ -400,24 +400,14 @@ def run(args: argparse.Namespace) -> int:
     3 a run failed, 4 rows spooled (store locked), 128 + signal number after SIGINT/SIGTERM."""
     import signal
 
-    from collectors.loadgen.runner import BenchInterrupted, run_bench
+    from collectors.loadgen.runner import BenchInterrupted, config_trace, run_bench
     from services.commands import prepare
     from store.lifecycle import open_store
 
     config = config_from_args(args)
     max_error_rate = getattr(args, "max_error_rate", 1.0)
     if config.trace:
-        # a bad trace file is bad input: said before the store is opened (or created)
-        from collectors.loadgen.traces import load_trace
-
-        load_trace(
-            config.trace,
-            fmt=config.trace_format,
-            speed=config.trace_speed,
-            window=config.trace_window,
-            requests=config.requests,
-            duration_s=config.duration_s,
-        )
+        config_trace(config)  # a bad trace file is bad input: said before the store is opened
     if config.shard is not None:  # refused before a DuckDB file would be created
         import settings
         from store.run_shards import require_postgres_url
