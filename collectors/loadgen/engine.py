@@ -299,7 +299,10 @@ class Driver:
             delay = start_perf - self.clock.perf()
             if delay > 0:
                 await asyncio.sleep(delay)
-        start = self.clock.perf()
+        # the schedule's origin is the agreed instant, not when this worker's sleep ended: the
+        # workers (and the hosts of a --shard run) share one schedule; a late worker's sends show
+        # as lag behind it
+        start = start_perf if start_perf is not None else self.clock.perf()
         cpu0 = time.process_time()
         self._start, self._cpu0 = start, cpu0
         self.summary.started_at = self.clock.epoch(start)
