@@ -476,7 +476,7 @@ def _read_trace(
         raise InputError(
             f"trace {p}: {unusable:,} of {rows:,} rows are unusable as {found}; the first is "
             f"line {line_no}: {reason}",
-            hint=f"{found}: {FORMAT_FORMS[found]}; {ACCEPTED}",
+            hint=f"read as {found} (--trace-format names another); {ACCEPTED}",
         )
     import numpy as np  # here: worker processes import Trace, never load_trace
 

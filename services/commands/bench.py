@@ -303,7 +303,7 @@ def shard_value(text: str) -> tuple[int, int]:
     try:
         return parse_shard(text)
     except InputError as exc:
-        raise argparse.ArgumentTypeError(f"{exc} ({exc.hint})" if exc.hint else str(exc)) from None
+        raise argparse.ArgumentTypeError(str(exc)) from None  # the message and its hint
 
 
 def trace_window(text: str) -> tuple[float, float]:
