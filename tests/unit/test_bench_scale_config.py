@@ -140,14 +140,18 @@ def test_every_request_belongs_to_exactly_one_worker_of_one_shard(
         assert all(j % p.shards == p.shard for j in mine)
 
 
-def test_auto_workers_one_per_256_streams_up_to_the_free_cores() -> None:
+def test_auto_workers_one_per_free_core_at_least_one_per_256_streams() -> None:
     assert auto_workers("concurrency", 64, cores=16, load=0).workers == 1
-    assert auto_workers("concurrency", 256, cores=16, load=0).workers == 1
-    assert auto_workers("concurrency", 1024, cores=16, load=0).workers == 4
+    assert auto_workers("concurrency", 256, cores=16, load=0).workers == 4  # 64 each
+    assert auto_workers("concurrency", 1024, cores=16, load=0).workers == 16  # one per core
+    assert auto_workers("concurrency", 1024, cores=8, load=0).workers == 8
     busy = auto_workers("concurrency", 1024, cores=16, load=14.2)
     assert busy.workers == 2 and "may be client-bound" in busy.reason
-    assert auto_workers("concurrency", 1024, cores=1, load=0).workers == 1
-    assert auto_workers("rate", 600.0, cores=8, load=1).workers == 3
+    one = auto_workers("concurrency", 1024, cores=1, load=0)
+    assert one.workers == 1 and "need 4 workers" in one.reason
+    assert auto_workers("concurrency", 300, cores=2, load=1.0).workers == 1  # 1 free: bound
+    assert auto_workers("rate", 600.0, cores=8, load=1).workers == 7
+    assert auto_workers("rate", 10.0, cores=8, load=0).workers == 1
     assert free_cores(2, 5.0) == 1 and free_cores(8, 0.4) == 8
 
 
