@@ -296,9 +296,7 @@ class Driver:
         plan = self.plan
         loop = asyncio.get_running_loop()
         if start_perf is not None:
-            delay = start_perf - self.clock.perf()
-            if delay > 0:
-                await asyncio.sleep(delay)
+            await self._until(start_perf, True)  # on the instant: the first arrivals are due now
         # the schedule's origin is the agreed instant, not when this worker's sleep ended: the
         # workers (and the hosts of a --shard run) share one schedule; a late worker's sends show
         # as lag behind it

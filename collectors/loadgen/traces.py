@@ -382,6 +382,11 @@ def load_trace(
     return _read_trace(key, str(path), fmt, speed, window, requests, duration_s)
 
 
+def clear_cache() -> None:
+    """Forget the traces kept by :func:`load_trace` (a benchmark of reading, a test)."""
+    _read_trace.cache_clear()
+
+
 @functools.lru_cache(maxsize=4)
 def _read_trace(
     key: tuple[str, int, int, int, int] | None,
