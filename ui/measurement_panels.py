@@ -36,9 +36,15 @@ _SOURCES = {
 
 
 def hosts_frame(m: RunMeasurement) -> pd.DataFrame:
-    """The hosts table with readable headers (only the columns the run has)."""
+    """The hosts table with readable headers (only the columns the run has), times to 0.1 ms
+    (clock figures to 0.01 ms)."""
     cols = [c for c in HOST_HEADERS if c in m.hosts.columns]
-    return m.hosts[cols].rename(columns=HOST_HEADERS)
+    table = m.hosts[cols].copy()
+    for col in cols:
+        if col.endswith("_ms"):
+            digits = 2 if col.startswith("clock") else 1
+            table[col] = pd.to_numeric(table[col], errors="coerce").round(digits)
+    return table.rename(columns=HOST_HEADERS)
 
 
 def render_measurement(m: RunMeasurement) -> None:
@@ -60,8 +66,14 @@ def render_measurement(m: RunMeasurement) -> None:
         for note in m.timestamp_notes:
             lines.append(f"- {display.md_escape(note)}")
         if m.workers is not None:
-            why = f" ({display.md_escape(m.workers_reason)})" if m.workers_reason else ""
-            lines.append(f"**Measuring processes**: {m.workers}{why}.")
+            why = display.md_escape(m.workers_reason) if m.workers_reason else ""
+            if m.shard is not None:
+                hosts = f"{m.shard.get('count', '?')} hosts"
+                why = f"; each host chose for its share: {why}" if why else ""
+                lines.append(f"**Measuring processes**: {m.workers} over {hosts}{why}.")
+            else:
+                why = f" ({why})" if why else ""
+                lines.append(f"**Measuring processes**: {m.workers}{why}.")
         if not m.client_bound and m.loop_lag_p99_ms is not None:
             lines.append(
                 f"**Not client-bound**; the client's event loop woke {m.loop_lag_p99_ms:,.1f} ms "
@@ -70,11 +82,13 @@ def render_measurement(m: RunMeasurement) -> None:
         if m.trace is not None:
             lines.append(_trace_line(m.trace))
         if m.shard is not None:
+            n = m.shard.get("count", "?")
             lines.append(
-                f"**One run from {m.shard.get('count', '?')} hosts** (group "
-                f"`{display.md_escape(str(m.shard.get('group', '')))}`): each sent every "
-                f"{m.shard.get('count', '?')}th request of the schedule from a common start; "
-                "latencies are each host's own clock differences."
+                f"**One run from {n} hosts** (group "
+                f"{display.md_escape(str(m.shard.get('group', '')))}): from a common start "
+                f"agreed through the store, each host sent its share of one schedule (1/{n} of "
+                "the streams, or of the arrivals); latencies are differences on each host's own "
+                "clock."
             )
         st.markdown("\n\n".join(lines) or "Nothing was recorded about this run's measurement.")
         if m.several_hosts and not m.hosts.empty:

@@ -127,7 +127,8 @@ def test_page_shows_how_the_run_was_measured(db_url: str) -> None:
     text = " ".join(m.value for m in part.markdown)
     assert "kernel's receive stamps" in text
     assert "Replayed trace" in text and "azure" in text and "3 rows skipped" in text
-    assert "One run from 3 hosts" in text
+    assert "One run from 3 hosts" in text and "1/3 of the streams" in text
+    assert "Measuring processes" in text and "over 3 hosts" in text
     warnings = [w.value.replace("\\", "") for w in part.warning]  # Markdown escapes
     assert any("Client-bound" in w and "host-b" in w for w in warnings)
     assert any("host-c" in w and "failed" in w for w in warnings)
@@ -136,3 +137,5 @@ def test_page_shows_how_the_run_was_measured(db_url: str) -> None:
     assert list(shown["host"]) == list(HOSTS)
     assert list(shown["requests"]) == [60, 60, 15]
     assert list(shown["ended"]) == ["completed", "completed", "failed"]
+    p99 = shown["TTFT P99 (ms)"].astype(float)
+    assert (p99 == p99.round(1)).all() and (p99 > 40).all()  # shown to 0.1 ms
