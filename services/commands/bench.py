@@ -209,8 +209,8 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         type=workers_value,
         default=None,
         metavar="N|auto",
-        help="measuring processes sharing the load (default auto: one per 256 streams or "
-        "requests/s, up to the free cores)",
+        help="measuring processes sharing the load (default auto: one per free core, at "
+        "least one per 256 streams or requests/s, at least 64 each)",
     )
     p.add_argument(
         "--timestamps",
