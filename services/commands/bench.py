@@ -224,7 +224,8 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         type=shard_value,
         metavar="I/N",
         help="this host's share of one run made by N hosts (with --group and a PostgreSQL "
-        "--db all hosts reach): the hosts start together and each sends every N-th request",
+        "--db all hosts reach): the hosts start together and each sends its share of one "
+        "schedule (1/N of the streams or of the arrivals; docs/shards.md)",
     )
     p.add_argument(
         "--group",
