@@ -99,6 +99,12 @@ class Clock:
         return t + self.offset
 
 
+def share_of(total: int, index: int, count: int) -> int:
+    """How many of ``total`` requests j (0 ≤ j < total) have j ≡ ``index`` (mod ``count``):
+    one shard's share of a run, or one worker's of its shard's."""
+    return max(0, (total - index + count - 1) // count)
+
+
 @dataclass(frozen=True)
 class WorkerPlan:
     """Everything one worker needs for one load level (picklable)."""
@@ -146,10 +152,8 @@ class WorkerPlan:
     def my_count(self) -> int | None:
         if self.requests is None:
             return None
-        n, s, shards = self.requests, self.shard, self.shards
-        mine = max(0, (n - s + shards - 1) // shards)  # this shard's share
-        w, k = self.worker, self.workers
-        return max(0, (mine - w + k - 1) // k)
+        mine = share_of(self.requests, self.shard, self.shards)  # this shard's share
+        return share_of(mine, self.worker, self.workers)
 
 
 @dataclass

@@ -42,7 +42,13 @@ from collectors.loadgen.client import (
 )
 from collectors.loadgen.config import BenchConfig, LoadLevel
 from collectors.loadgen.cores import WorkerChoice, auto_workers
-from collectors.loadgen.engine import Driver, DriverSummary, ResultBatch, WorkerPlan
+from collectors.loadgen.engine import (
+    Driver,
+    DriverSummary,
+    ResultBatch,
+    WorkerPlan,
+    share_of,
+)
 from collectors.loadgen.progress import ProgressView
 from collectors.loadgen.prompts import DEFAULT_CALIBRATION, PROBE_WORDS, Calibration, fit, words
 from collectors.loadgen.results import RunCollector
@@ -911,7 +917,12 @@ def run_level(
             interval_s=cfg.collect_interval_s,
             writer=writer,
         )
-        view.level(run["name"], _share(cfg.requests, cfg.shard))
+        view.level(
+            run["name"],
+            share_of(cfg.requests, *cfg.shard)
+            if cfg.requests is not None and cfg.shard is not None
+            else cfg.requests,
+        )
         try:
             if stopper.requested:
                 interrupted = True  # a signal came while the level was being set up
@@ -1021,14 +1032,6 @@ def run_level(
         spool_dir=writer.spool_dir,
         merged_status=merged,
     )
-
-
-def _share(requests: int | None, shard: tuple[int, int] | None) -> int | None:
-    """This host's part of ``requests`` (the global count): request j is shard j mod N's."""
-    if requests is None or shard is None:
-        return requests
-    index, count = shard
-    return max(0, (requests - index + count - 1) // count)
 
 
 def _finish_shard(
