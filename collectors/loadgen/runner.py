@@ -477,9 +477,12 @@ def choose_workers(cfg: BenchConfig, prep: Prepared, level: LoadLevel) -> Worker
     return choice if n == choice.workers else WorkerChoice(n, f"{choice.reason}; capped at {n}")
 
 
-def worker_plans(cfg: BenchConfig, prep: Prepared, level: LoadLevel) -> list[WorkerPlan]:
+def worker_plans(
+    cfg: BenchConfig, prep: Prepared, level: LoadLevel, choice: WorkerChoice | None = None
+) -> list[WorkerPlan]:
+    """The level's plan per worker; ``choice``: the workers already chosen (else chosen here)."""
     kind, value, requests = level_load(cfg, prep, level)
-    workers = choose_workers(cfg, prep, level).workers
+    workers = (choice or choose_workers(cfg, prep, level)).workers
     streams = _split(int(value), workers) if kind == "concurrency" else None
     warm = _split(cfg.warmup, workers)
     shard, shards = cfg.shard or (0, 1)
@@ -516,7 +519,7 @@ def worker_plans(cfg: BenchConfig, prep: Prepared, level: LoadLevel) -> list[Wor
 
 
 def _client_params(
-    cfg: BenchConfig, prep: Prepared, level: LoadLevel, bench_id: str
+    cfg: BenchConfig, prep: Prepared, level: LoadLevel, bench_id: str, choice: WorkerChoice
 ) -> dict[str, Any]:
     return {
         "tool": "servescope bench",
@@ -535,8 +538,8 @@ def _client_params(
         "ignore_eos": cfg.ignore_eos,
         "slo": cfg.slo,
         "seed": cfg.seed,
-        "workers": choose_workers(cfg, prep, level).workers,
-        "workers_reason": choose_workers(cfg, prep, level).reason,
+        "workers": choice.workers,
+        "workers_reason": choice.reason,
         "timeout_s": cfg.timeout_s,
         "transport": cfg.transport,
         "timestamps": cfg.timestamps,
@@ -587,7 +590,12 @@ def run_host(cfg: BenchConfig) -> str:
 
 
 def _base_run(
-    cfg: BenchConfig, prep: Prepared, level: LoadLevel, run_id: str, bench_id: str
+    cfg: BenchConfig,
+    prep: Prepared,
+    level: LoadLevel,
+    run_id: str,
+    bench_id: str,
+    choice: WorkerChoice,
 ) -> dict[str, Any]:
     label = cfg.name or cfg.workload_label
     return {
@@ -615,7 +623,7 @@ def _base_run(
         else None,
         "concurrency": int(level.value) if level.kind == "concurrency" else None,
         "engine_params": dict(cfg.engine_params),
-        "client_params": _client_params(cfg, prep, level, bench_id),
+        "client_params": _client_params(cfg, prep, level, bench_id, choice),
         "sweep_id": cfg.sweep_id,
         "tags": list(cfg.tags),
         "notes": cfg.notes,
@@ -877,8 +885,9 @@ def run_level(
     stopper = stopper or StopSignals()
     if transport is not None and not cfg.in_process:
         cfg = dataclasses.replace(cfg, in_process=True)  # an injected transport: this process
-    plans = worker_plans(cfg, prep, level)
-    run = _base_run(cfg, prep, level, run_id, bench_id)
+    choice = choose_workers(cfg, prep, level)  # once: the plans and the run record agree
+    plans = worker_plans(cfg, prep, level, choice)
+    run = _base_run(cfg, prep, level, run_id, bench_id, choice)
     counting: list[RunCollector] = []
     coord: ShardCoordinator | None = None
     if cfg.shard is not None:
