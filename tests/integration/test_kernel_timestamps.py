@@ -96,7 +96,12 @@ def _read_blocked(
 
         def block() -> None:
             server.go.set()
-            time.sleep(block_s)  # the loop is busy: nothing is read meanwhile
+            # the loop is busy from before the server's first write until block_s after it,
+            # however late the OS runs the server's thread: nothing is read meanwhile
+            until = time.monotonic() + 10
+            while not server.sent and time.monotonic() < until:
+                time.sleep(0.001)
+            time.sleep(block_s)
 
         asyncio.get_running_loop().call_soon(block)
         await stream.consume(sink)
