@@ -78,19 +78,26 @@ def seed(store: Store) -> int:
                 r.name: (r.origin, r.seed_hash)
                 for r in conn.execute(sa.select(table.c.name, table.c.origin, table.c.seed_hash))
             }
+            new_rows: list[dict[str, Any]] = []
             for entry in seeds.entries(kind):
                 digest = _hash(entry)
                 row = _row(kind, entry, "seed") | {"seed_hash": digest}
                 state = existing.get(entry["name"])
                 if state is None:
-                    conn.execute(sa.insert(table).values(**row))
+                    new_rows.append(row)
                 elif state[0] == "seed" and state[1] != digest:
                     conn.execute(
                         sa.update(table).where(table.c.name == entry["name"]).values(**row)
                     )
-                else:
-                    continue
-                written += 1
+                    written += 1
+            # one executemany per table and set of fields (entries may leave optional fields
+            # out): a new store's ~200 seed rows in a few statements, not one each (~0.6 s)
+            by_fields: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+            for row in new_rows:
+                by_fields.setdefault(tuple(sorted(row)), []).append(row)
+            for group in by_fields.values():
+                conn.execute(sa.insert(table), group)
+            written += len(new_rows)
     return written
 
 
