@@ -40,13 +40,27 @@ def _empty(title: str, x_title: str, y_title: str) -> go.Figure:
 
 
 def _add_markers(fig: go.Figure, percentiles: Mapping[str, float | None] | None) -> None:
+    """A labelled vertical line per percentile: the shapes and annotations ``add_vline`` makes,
+    set in one layout update (``add_vline`` re-validates the whole layout per line: 16 lines
+    cost ~0.4 s of CPU per page)."""
+    shapes: list[dict[str, object]] = []
+    labels: list[dict[str, object]] = []
     for name, value in (percentiles or {}).items():
         if value is None or np.isnan(value):
             continue
-        fig.add_vline(
-            x=float(value),
-            line={"dash": _PERCENTILE_STYLE.get(name, "dash"), "width": 1},
-            annotation={"text": name},
+        x = float(value)
+        line = {"dash": _PERCENTILE_STYLE.get(name, "dash"), "width": 1}
+        shapes.append(
+            {"type": "line", "x0": x, "x1": x, "xref": "x", "y0": 0, "y1": 1, "yref": "y domain"}
+            | {"line": line}
+        )
+        labels.append(
+            {"text": name, "showarrow": False, "x": x, "xref": "x", "xanchor": "left"}
+            | {"y": 1, "yref": "y domain", "yanchor": "top"}
+        )
+    if shapes:
+        fig.update_layout(
+            shapes=[*fig.layout.shapes, *shapes], annotations=[*fig.layout.annotations, *labels]
         )
 
 
