@@ -13,6 +13,20 @@ from store import ingest
 from store.lifecycle import open_store
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _scan_component_manifests_once() -> Iterator[None]:
+    """Every new ``AppTest`` scans the metadata of every installed distribution for Streamlit
+    components (~0.3–0.7 s of CPU each, 150+ AppTests); a server does it once at start. The
+    installed packages do not change during a session: scan once, hand each AppTest the result."""
+    from streamlit.components.v2 import manifest_scanner
+
+    real = manifest_scanner.scan_component_manifests
+    found = real()
+    manifest_scanner.scan_component_manifests = lambda max_workers=None: list(found)
+    yield
+    manifest_scanner.scan_component_manifests = real
+
+
 @pytest.fixture(autouse=True)
 def _clear_streamlit_caches() -> Iterator[None]:
     st.cache_data.clear()
