@@ -39,7 +39,13 @@ import pandas as pd
 import seeds
 from analysis import engine_series, slo, sweep_order
 from analysis.capacity import ModelShape
-from analysis.capacity_search import Probe, SearchPlan, next_load, search_result
+from analysis.capacity_search import (
+    Probe,
+    SearchPlan,
+    next_load,
+    sample_requests,
+    search_result,
+)
 from analysis.metrics import min_samples_for
 from analysis.perf_model import GpuSpec
 from analysis.sweep_spec import (
@@ -102,6 +108,11 @@ class Sweep:
     progress: bool = True
     out: TextIO = sys.stdout
     environ: Mapping[str, str] | None = None
+
+    @property
+    def need(self) -> int:
+        """The fewest requests a level needs to judge the SLO's percentile."""
+        return min_samples_for(self.profile.percentile)
 
     def say(self, text: str) -> None:
         print(text, file=self.out, flush=True)
@@ -242,11 +253,17 @@ def _bench_config(
     url: str,
     levels: Sequence[float],
     run_id: str,
+    need: int = 0,
 ) -> BenchConfig:
+    """The bench of one or more levels of a point; a timed rate level too short to send
+    ``need`` requests (the percentile's minimum sample) runs that many requests instead."""
     load = spec.load
     client = {k: v for k, v in point.params.items() if k in CLIENT_PARAMS}
     conc = tuple(round(v) for v in levels) if load.kind == "concurrency" else ()
     rate = tuple(float(v) for v in levels) if load.kind == "rate" else ()
+    requests, duration = load.requests, load.duration_s
+    if (extended := sample_requests(load.kind, rate, duration, need)) is not None:
+        requests, duration = extended, None
     return BenchConfig(
         endpoint=url,
         api=load.api,
@@ -255,8 +272,8 @@ def _bench_config(
         concurrency=conc,
         rate=rate,
         arrival=load.arrival,
-        requests=load.requests,
-        duration_s=load.duration_s,
+        requests=requests,
+        duration_s=duration,
         warmup=load.warmup,
         max_tokens=client.get("max_tokens", load.max_tokens),
         slo=spec.slo.profile,
@@ -376,7 +393,7 @@ def _measure(
     levels = _fixed_levels(spec, point)
     if levels:
         outcome = run_bench(
-            _bench_config(sw.spec, sw.sweep_id, point, repeat, url, levels, base),
+            _bench_config(sw.spec, sw.sweep_id, point, repeat, url, levels, base, sw.need),
             sw.store,
             progress=sw.progress,
         )
@@ -422,7 +439,7 @@ def _measure(
                 break
             run_id = f"{base}-s{step}"
             outcome = run_bench(
-                _bench_config(sw.spec, sw.sweep_id, point, repeat, url, [value], run_id),
+                _bench_config(sw.spec, sw.sweep_id, point, repeat, url, [value], run_id, sw.need),
                 sw.store,
                 progress=sw.progress,
             )
@@ -1004,15 +1021,27 @@ def caveats(store: Store, sweep_id: str) -> list[str]:
 
 def sample_note(spec: SweepSpec, percentile: float) -> str | None:
     """A note when each level's ``requests`` are too few to judge the SLO's percentile (every
-    level would be inconclusive); None when enough, or when levels run for a duration."""
+    level would be inconclusive), or when timed rate levels may be extended to the minimum;
+    None otherwise."""
     need = min_samples_for(percentile)
-    n = spec.load.requests
-    if n is None or n >= need:
-        return None
-    return (
-        f"note: {n} requests per level are too few to judge P{percentile:g} (needs {need}): "
-        "every level will be inconclusive; raise [load].requests or use duration_s"
-    )
+    n, load = spec.load.requests, spec.load
+    if n is not None and n < need:
+        return (
+            f"note: {n} requests per level are too few to judge P{percentile:g} (needs {need}): "
+            "every level will be inconclusive; raise [load].requests or use duration_s"
+        )
+    lowest = load.levels or ((load.search.low,) if load.search else ())
+    if sample_requests(load.kind, lowest, load.duration_s, need) is not None:
+        return (
+            f"note: a rate level that would send fewer than {need} requests in "
+            f"{load.duration_s:g} s runs {need} requests instead (P{percentile:g} needs {need})"
+        )
+    if load.kind == "concurrency" and load.duration_s is not None:
+        return (
+            f"note: a level that completes fewer than {need} requests in {load.duration_s:g} s "
+            f"is inconclusive (P{percentile:g} needs {need})"
+        )
+    return None
 
 
 def exit_status(store: Store, sweep_id: str) -> int:

@@ -506,6 +506,7 @@ def test_a_failure_after_launch_stops_the_engine_and_ends_nothing_running(
     assert records.latest_resumable(store, "it") == sweep_id
 
 
+@pytest.mark.slow  # a sweep process of its own: ~5–9 s on a loaded 2-core machine
 def test_cleanup_stops_the_engine_of_a_sweep_killed_with_9(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

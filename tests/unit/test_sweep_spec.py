@@ -440,3 +440,16 @@ def test_the_log_tail_masks_the_plans_secrets_and_token_forms(tmp_path: Path) ->
     tail = log_tail(log, secrets=("vk-SECRET2",))
     assert "sk-SECRET1" not in tail and "abc123" not in tail and "hf_x" not in tail
     assert "vk-SECRET2" not in tail and tail.count("***") == 4
+
+
+def test_a_sweeps_timed_rate_level_is_extended_to_its_percentiles_minimum_sample() -> None:
+    from services.commands.sweep import _bench_config, sample_note
+
+    spec = parse_spec((REPO / "examples" / "sim-sweep.toml").read_text())  # 8 s levels, P99
+    [point, *_] = expand(spec)
+    low = _bench_config(spec, "s", point, 0, "http://h:1", [2.0], "r", need=100)
+    assert (low.requests, low.duration_s) == (100, None)
+    high = _bench_config(spec, "s", point, 0, "http://h:1", [20.0], "r", need=100)
+    assert (high.requests, high.duration_s) == (None, 8.0)
+    note = sample_note(spec, 99)
+    assert note is not None and "runs 100 requests instead (P99 needs 100)" in note
