@@ -355,3 +355,18 @@ def search_result(plan: SearchPlan, probes: Sequence[Probe]) -> SearchResult:
         converged=converged,
         note="; ".join(dict.fromkeys(n for n in notes if n)),
     )
+
+
+def sample_requests(
+    kind: str, loads: Sequence[float], duration_s: float | None, need: int
+) -> int | None:
+    """Requests a timed rate level must run instead of ``duration_s`` so that its percentile
+    can be judged: when the slowest rate of ``loads`` would send fewer than ``need`` requests
+    (``analysis.metrics.min_samples_for``) in ``duration_s``, the level runs
+    max(``need``, the fastest rate × ``duration_s``) requests; None when the duration is enough,
+    or for concurrency levels (their request count is not known in advance)."""
+    if kind != "rate" or duration_s is None or not loads or need <= 0:
+        return None
+    if min(loads) * duration_s >= need:
+        return None
+    return max(need, math.ceil(max(loads) * duration_s))

@@ -30,7 +30,7 @@ from typing import Any, Final
 import numpy as np
 import pandas as pd
 
-from analysis.metrics import low_confidence
+from analysis.metrics import low_confidence, min_samples_for
 from errors import ConfigError
 
 #: Percentiles a profile may target (the store reports P50/P90/P95/P99 per run).
@@ -395,6 +395,29 @@ def _memory_result(row: Mapping[str, Any], limit: float) -> TargetResult:
         n,
         False,
         _ratio(measured, limit),
+    )
+
+
+def judged(results: Sequence[TargetResult]) -> bool | None:
+    """A load level's verdict that accounts for its sample (what a sweep decides on): False
+    when a target measured on enough samples fails; None (*inconclusive*) when a percentile
+    target has fewer samples than its percentile needs (``analysis.metrics.min_samples_for``:
+    P90 10, P95 20, P99 100, P99.9 1,000), whether it passed or failed — the P99 of 20
+    requests is their maximum, one slow request decides it; else :func:`overall`."""
+    if any(r.passed is False and not r.low_confidence for r in results):
+        return False
+    if any(r.low_confidence and r.passed is not None for r in results):
+        return None
+    return overall(results)
+
+
+def inconclusive_reason(results: Sequence[TargetResult], percentile: float) -> str:
+    """Why :func:`judged` found no verdict: ``TTFT P99 from 20 samples (needs 100)``."""
+    need = min_samples_for(percentile)
+    return ", ".join(
+        f"{r.label} from {r.n} samples (needs {need})"
+        for r in results
+        if r.low_confidence and r.passed is not None
     )
 
 

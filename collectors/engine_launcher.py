@@ -52,7 +52,7 @@ from typing import IO, Any, Final
 
 import httpx
 
-from collectors.redact import redact
+from collectors.redact import MASK, argv_secrets, redact, redact_argv
 from errors import InputError
 
 #: Where ``python -m cli`` runs (the repository root).
@@ -76,6 +76,8 @@ class Template:
     framework: str
     base: tuple[str, ...]
     rules: Mapping[str, Rule]
+    #: flags whose value is a secret, beyond ``collectors.redact.SECRET_FLAGS``
+    secret_flags: tuple[str, ...] = ()
 
     @property
     def accepts(self) -> tuple[str, ...]:
@@ -96,6 +98,7 @@ TEMPLATES: Final[dict[str, Template]] = {
             "max_model_len": ("value", "--max-model-len"),
             "tensor_parallel": ("value", "--tensor-parallel-size"),
         },
+        ("--api-key",),
     ),
     "sglang": Template(
         "sglang",
@@ -121,6 +124,7 @@ TEMPLATES: Final[dict[str, Template]] = {
             "max_model_len": ("value", "--context-length"),
             "tensor_parallel": ("value", "--tp-size"),
         },
+        ("--api-key", "--admin-api-key"),
     ),
     "tgi": Template(
         "tgi",
@@ -134,6 +138,7 @@ TEMPLATES: Final[dict[str, Template]] = {
             "max_model_len": ("value", "--max-total-tokens"),
             "tensor_parallel": ("value", "--num-shard"),
         },
+        ("--api-key",),
     ),
     "trtllm": Template(
         "trtllm",
@@ -156,6 +161,7 @@ TEMPLATES: Final[dict[str, Template]] = {
             "ctx_size": ("value", "-c"),
             "max_batched_tokens": ("value", "-b"),
         },
+        ("--api-key", "-hft", "--hf-token"),
     ),
     "sim": Template(
         "sim",
@@ -175,18 +181,42 @@ TEMPLATES: Final[dict[str, Template]] = {
 
 @dataclass(frozen=True)
 class LaunchPlan:
-    """One engine launch: argv, extra environment, the command as shown and stored."""
+    """One engine launch: argv, extra environment, the command as shown and stored.
+
+    Secrets never leave the plan: the spec's environment values are shown as ``NAME=***``
+    (only the values a template's parameter rule sets, ``public_env``, are shown), and the
+    values after secret-bearing flags and in ``NAME_KEY=``/``NAME_TOKEN=`` arguments are masked
+    (``collectors.redact``); :attr:`secrets` are the values to mask in the engine's log tail."""
 
     argv: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
     framework: str | None = None
     cwd: str | None = None
+    public_env: frozenset[str] = frozenset()  # env names set by a template's parameter rule
+    secret_flags: tuple[str, ...] = ()
 
     @property
     def display(self) -> str:
         """The full command, shell-quoted, env assignments first (no credentials)."""
-        envs = [f"{k}={shlex.quote(v)}" for k, v in self.env.items()]
-        return redact(" ".join([*envs, *(shlex.quote(a) for a in self.argv)]))
+        envs = [
+            f"{k}={shlex.quote(v) if k in self.public_env else MASK}" for k, v in self.env.items()
+        ]
+        argv = redact_argv(self.argv, self.secret_flags)
+        return redact(" ".join([*envs, *(_shown(a) for a in argv)]), self.secrets)
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """The values never shown or stored: the spec's environment values and the command
+        line's secret arguments."""
+        hidden = [v for k, v in self.env.items() if k not in self.public_env]
+        return tuple(dict.fromkeys([*hidden, *argv_secrets(self.argv, self.secret_flags)]))
+
+
+def _shown(arg: str) -> str:
+    """``arg`` shell-quoted, a masked value (``***``, ``--flag=***``) left readable."""
+    if arg.endswith(MASK):
+        return shlex.quote(arg.removesuffix(MASK)) + MASK if arg != MASK else MASK
+    return shlex.quote(arg)
 
 
 def _flag_value(value: Any) -> str:
@@ -214,6 +244,7 @@ def render(
     ``{model}``, ``{host}``). A parameter the template or command cannot express → InputError
     naming what it accepts."""
     extra_env = dict(env or {})
+    public: set[str] = set()
     fill = {"port": str(port), "model": model or "", "host": host}
     if template is not None:
         tpl = TEMPLATES.get(template)
@@ -240,9 +271,12 @@ def render(
                 argv += list(rule[1] if value else rule[2])
             elif rule[0] == "env":
                 extra_env[rule[1]] = rule[2] if value else rule[3]
+                public.add(rule[1])
         argv += list(args)
         cwd = str(PROJECT_ROOT) if template == "sim" else None
-        return LaunchPlan(tuple(argv), extra_env, tpl.framework, cwd)
+        return LaunchPlan(
+            tuple(argv), extra_env, tpl.framework, cwd, frozenset(public), tpl.secret_flags
+        )
     if command is None:
         raise InputError("an engine needs a template or a command")
     fields = {f for _, f, _, _ in string.Formatter().parse(command) if f}
@@ -358,7 +392,7 @@ class Engine:
     def tail(self, lines: int = LOG_TAIL_LINES) -> str:
         with contextlib.suppress(OSError, ValueError):
             self.log.flush()
-        return log_tail(self.log_path, lines)
+        return log_tail(self.log_path, lines, self.plan.secrets)
 
     def failure(self) -> LaunchFailure | None:
         """Why the engine is gone, when it ended on its own; None while it runs."""
@@ -389,7 +423,9 @@ def launch(
     if port_in_use(port, host):
         log_path.write_text(f"servescope sweep: port {port} on {host} is already in use\n")
         raise LaunchFailure(
-            "failed_to_start", f"port in use: {host}:{port} is taken", log_tail(log_path)
+            "failed_to_start",
+            f"port in use: {host}:{port} is taken",
+            log_tail(log_path, secrets=plan.secrets),
         )
     log = log_path.open("ab")
     log.write(f"$ {plan.display}\n".encode())
@@ -413,7 +449,9 @@ def launch(
         )
         log.write(f"servescope sweep: {why}\n".encode())
         log.close()
-        raise LaunchFailure("failed_to_start", why, log_tail(log_path)) from None
+        raise LaunchFailure(
+            "failed_to_start", why, log_tail(log_path, secrets=plan.secrets)
+        ) from None
     return Engine(plan, proc, f"http://{host}:{port}", log_path, log)
 
 
@@ -491,3 +529,73 @@ def stop(engine: Engine, timeout_s: float) -> int | None:
     with contextlib.suppress(OSError):
         engine.log.close()
     return engine.proc.returncode
+
+
+# --- an engine left behind -------------------------------------------------------------------
+
+
+def process_start(pid: int) -> float | None:
+    """When process ``pid`` started, in clock ticks since boot as ``/proc/PID/stat`` reports it
+    (a pid reused by another process has another start); None when there is no such process or
+    no ``/proc``."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (OSError, ValueError):
+        return None
+    # the command name (field 2) may hold spaces and parentheses: fields follow the last ')'
+    fields = stat.rsplit(")", 1)[-1].split()
+    try:
+        return float(fields[19])  # field 22, starttime
+    except (IndexError, ValueError):
+        return None
+
+
+def is_running(pid: int | None, start: float | None) -> bool:
+    """Whether ``pid`` is still the process that started at ``start`` (``process_start``)."""
+    if not pid or start is None:
+        return False
+    now = process_start(int(pid))
+    return now is not None and now == start
+
+
+def stop_group(pgid: int, start: float | None, timeout_s: float = 10.0) -> bool:
+    """Stop the process group ``pgid`` an earlier sweep launched (its leader started at
+    ``start``): SIGTERM, SIGKILL after ``timeout_s``. Only when it is still that engine: a
+    leader with another start (the pid was reused) is left alone. True when a group was
+    signalled."""
+    leader = process_start(pgid)
+    if leader is not None and leader != start:
+        return False  # another process has the pid now
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        return False
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return True
+        if process_start(pgid) is None and not _group_alive(pgid):
+            return True
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+    return True
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a live (not zombie) process is in group ``pgid`` (``/proc``; True without it)."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return True
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[-1].split()
+        except OSError:
+            continue
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+            return True
+    return False

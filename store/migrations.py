@@ -147,6 +147,23 @@ def _shards(conn: sa.Connection) -> None:
     schema.run_shards.create(conn, checkfirst=True)
 
 
+_SWEEP_LIFECYCLE_COLUMNS = {
+    "sweeps": (("runner_pid", "BIGINT"), ("runner_start", "DOUBLE PRECISION")),
+    "sweep_points": (
+        ("attempt", "INTEGER"),
+        ("attempts", "TEXT"),
+        ("engine_pgid", "BIGINT"),
+        ("engine_start", "DOUBLE PRECISION"),
+    ),
+}
+
+
+def _sweep_lifecycle(conn: sa.Connection) -> None:
+    for table, columns in _SWEEP_LIFECYCLE_COLUMNS.items():
+        for column, kind in columns:
+            conn.execute(sa.text(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} {kind}"))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     (1, "initial schema", _initial),
     (2, "gpu_samples.mem_reserved_bytes (NVML / DCGM reserved memory)", _gpu_reserved_memory),
@@ -166,6 +183,12 @@ MIGRATIONS: tuple[Migration, ...] = (
         _capacity_catalogue,
     ),
     (8, "requests.host and run_shards (one run from many hosts: bench --shard)", _shards),
+    (
+        9,
+        "sweeps.runner_pid/runner_start, sweep_points.attempt/attempts/engine_pgid/engine_start "
+        "(a resumed point is a new attempt; a killed sweep's engine is found and stopped)",
+        _sweep_lifecycle,
+    ),
 )
 
 

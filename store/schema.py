@@ -210,6 +210,9 @@ sweeps = sa.Table(
     sa.Column("started_at", DOUBLE),  # migration 6
     sa.Column("ended_at", DOUBLE),  # migration 6
     sa.Column("host", sa.Text),  # migration 6
+    # the sweep process (pid and its start as /proc reports it): is it still running? (mig. 9)
+    sa.Column("runner_pid", sa.BigInteger),
+    sa.Column("runner_start", DOUBLE),
 )
 
 sweep_points = sa.Table(
@@ -238,6 +241,14 @@ sweep_points = sa.Table(
     sa.Column("prior", DOUBLE),  # the performance model's predicted capacity (efficient mode)
     sa.Column("error", sa.Text),  # why it failed (one line)
     sa.Column("log_tail", sa.Text),  # the engine's last log lines
+    # migration 9: the attempt measured in this row (1, 2, … : a resume starts a new one with
+    # its own runs), the earlier attempts kept (JSON list: attempt, status, started_at,
+    # ended_at, error, run_ids, launch_command, log_tail), and the engine's process group with
+    # its leader's start (a killed sweep's engine is stopped by --resume / --cleanup)
+    sa.Column("attempt", sa.Integer),
+    sa.Column("attempts", sa.Text),
+    sa.Column("engine_pgid", sa.BigInteger),
+    sa.Column("engine_start", DOUBLE),
 )
 
 # --- Plan (migration 7) ---------------------------------------------------------------------------

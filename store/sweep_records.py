@@ -8,8 +8,12 @@ transaction. Reads for the pages live in ``store.sweeps``.
 - :func:`finish_sweep`: the sweep's final status and end.
 - :func:`completed_point_ids`: the (point_id, repeat) pairs a resume skips: every row whose
   status is final (anything but ``pending``, ``running`` and ``interrupted``).
-- :func:`latest_resumable`: the newest sweep of a spec name left ``interrupted`` or ``running``
-  (a process killed outright leaves ``running``).
+- :func:`latest_resumable`: the newest sweep of a spec name left ``interrupted``, ``failed``
+  or ``running`` (a process killed outright leaves ``running``).
+- :func:`point_row`: one point's stored row (a resume's new attempt keeps the old one in
+  ``attempts``).
+- :func:`left_running`: the points a killed sweep left ``running`` (with their engine's process
+  group), and :func:`unfinished_sweeps`: the sweeps left ``running``.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ FINAL_STATUSES: Final = frozenset(
 #: Statuses a resume measures again.
 RESUMABLE_STATUSES: Final = frozenset({"pending", "running", "interrupted"})
 
-_JSON_POINT_FIELDS: Final = ("params", "search")
+_JSON_POINT_FIELDS: Final = ("params", "search", "attempts")
 _POINT_COLUMNS: Final = frozenset(c.name for c in schema.sweep_points.columns)
 _SWEEP_COLUMNS: Final = frozenset(c.name for c in schema.sweeps.columns)
 
@@ -129,12 +133,68 @@ def sweep_header(store: Store, sweep_id: str) -> dict[str, Any] | None:
 
 
 def latest_resumable(store: Store, name: str) -> str | None:
-    """The newest sweep named ``name`` whose status is ``interrupted`` or ``running``."""
+    """The newest sweep named ``name`` whose status is ``interrupted``, ``failed`` or
+    ``running``."""
     t = schema.sweeps
     df = store.read_df(
         sa.select(t.c.sweep_id)
-        .where((t.c.name == name) & t.c.status.in_(["interrupted", "running"]))
+        .where((t.c.name == name) & t.c.status.in_(["interrupted", "failed", "running"]))
         .order_by(sa.func.coalesce(t.c.started_at, t.c.created_at).desc())
         .limit(1)
     )
     return None if df.empty else str(df["sweep_id"].iloc[0])
+
+
+def point_row(store: Store, sweep_id: str, point_id: str, repeat: int) -> dict[str, Any] | None:
+    """The stored row of one point (repeat), ``params``/``search``/``attempts`` decoded; None
+    when it was never recorded."""
+    t = schema.sweep_points
+    df = store.read_df(
+        sa.select(t).where(
+            (t.c.sweep_id == sweep_id) & (t.c.point_id == point_id) & (t.c.repeat == int(repeat))
+        )
+    )
+    if df.empty:
+        return None
+    row = {str(k): v for k, v in df.iloc[0].to_dict().items()}
+    for key in _JSON_POINT_FIELDS:
+        if isinstance(row.get(key), str):
+            with contextlib.suppress(json.JSONDecodeError):
+                row[key] = json.loads(row[key])
+    return {k: (None if _missing(v) else v) for k, v in row.items()}
+
+
+def _missing(value: Any) -> bool:
+    try:
+        return bool(value is None or value != value)  # None, NaN, NA
+    except (TypeError, ValueError):
+        return False
+
+
+def left_running(store: Store, sweep_id: str) -> list[dict[str, Any]]:
+    """The points of ``sweep_id`` still ``running`` (a sweep killed outright left them): their
+    key, ``started_at`` and the engine's ``engine_pgid``/``engine_start`` (None if unknown)."""
+    t = schema.sweep_points
+    df = store.read_df(
+        sa.select(
+            t.c.point_id, t.c.repeat, t.c.started_at, t.c.engine_pgid, t.c.engine_start
+        ).where((t.c.sweep_id == sweep_id) & (t.c.status == "running"))
+    )
+    return [
+        {str(k): (None if _missing(v) else v) for k, v in rec.items()}
+        for rec in df.to_dict("records")
+    ]
+
+
+def unfinished_sweeps(store: Store) -> list[dict[str, Any]]:
+    """Every sweep left ``running``: sweep_id, name, host, runner_pid, runner_start."""
+    t = schema.sweeps
+    df = store.read_df(
+        sa.select(t.c.sweep_id, t.c.name, t.c.host, t.c.runner_pid, t.c.runner_start).where(
+            t.c.status == "running"
+        )
+    )
+    return [
+        {str(k): (None if _missing(v) else v) for k, v in rec.items()}
+        for rec in df.to_dict("records")
+    ]

@@ -7,16 +7,24 @@ folder), wait for health, run the load (fixed levels, or the SLO-capacity search
 ``analysis.capacity_search``, one ``run_bench`` per level: live /metrics and GPU collection as
 ``bench`` does), stop the engine, and record the point (``store.sweep_records``). A point whose
 engine fails to start, times out, runs out of memory or crashes is recorded with its status,
-reason and log tail; the sweep goes on. ``--resume`` measures only what is left; Ctrl-C or
-SIGTERM stops the engine, records the point as interrupted and the sweep too (exit 130 / 143).
-The format of the spec and each status: docs/tune.md.
+reason and log tail; the sweep goes on. ``--resume`` measures only what is left, each resumed
+point as a new attempt with runs of its own (the earlier attempt kept in ``attempts``); Ctrl-C,
+SIGTERM or any failure stops the engine, records the point as interrupted and the sweep too
+(exit 130 / 143). Each engine's process group is recorded at launch, so ``--resume`` and
+``--cleanup`` stop an engine left by a sweep killed outright. A level judged from fewer requests
+than its percentile needs is inconclusive (``analysis.slo.judged``). Secrets in the engine's
+environment and arguments are shown and stored masked. The format of the spec and each status:
+docs/tune.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
+import re
+import shlex
 import socket
 import sys
 import time
@@ -31,7 +39,14 @@ import pandas as pd
 import seeds
 from analysis import engine_series, slo, sweep_order
 from analysis.capacity import ModelShape
-from analysis.capacity_search import Probe, SearchPlan, next_load, search_result
+from analysis.capacity_search import (
+    Probe,
+    SearchPlan,
+    next_load,
+    sample_requests,
+    search_result,
+)
+from analysis.metrics import min_samples_for
 from analysis.perf_model import GpuSpec
 from analysis.sweep_spec import (
     CLIENT_PARAMS,
@@ -47,6 +62,7 @@ from collectors.endpoint_identity import identify_sync
 from collectors.loadgen.config import BenchConfig
 from collectors.loadgen.runner import BenchInterrupted, run_bench
 from collectors.loadgen.workloads import parse_workload
+from collectors.redact import argv_secrets, redact, redact_argv
 from errors import ConfigError, EndpointError, ExitCode, InputError
 from services.views.compare import read_rows
 from store import catalog, ingest, runs_table, sample_timelines
@@ -60,6 +76,7 @@ examples:
   servescope sweep examples/sim-sweep.toml --dry-run      # every launch command and the load plan
   servescope sweep examples/sim-sweep.toml --resume       # the latest interrupted sweep of its name
   servescope sweep examples/sim-sweep.toml --resume SWEEP_ID
+  servescope sweep --cleanup                                # engines left by a killed sweep
 exit codes: 0 every point completed · 1 some points failed (recorded with their reason and
   log tail) · 2 bad spec or store (nothing stored) · 3 no point completed · 130 Ctrl-C
   · 143 SIGTERM.
@@ -91,6 +108,11 @@ class Sweep:
     progress: bool = True
     out: TextIO = sys.stdout
     environ: Mapping[str, str] | None = None
+
+    @property
+    def need(self) -> int:
+        """The fewest requests a level needs to judge the SLO's percentile."""
+        return min_samples_for(self.profile.percentile)
 
     def say(self, text: str) -> None:
         print(text, file=self.out, flush=True)
@@ -149,18 +171,50 @@ def check_catalog_names(spec: SweepSpec, store: Store | None) -> list[str]:
 
 
 def validate(spec: SweepSpec, points: Sequence[Point]) -> dict[str, launcher.LaunchPlan]:
-    """Every point's launch command, rendered once: a bad template or param fails here, before
-    anything is stored."""
+    """Every point's launch command, rendered once, and every point's load, checked as ``bench``
+    checks its flags: a bad template, param or load fails here, before anything is launched or
+    stored."""
+    for p in points:
+        levels = _fixed_levels(spec, p) or (spec.load.search.low if spec.load.search else 1.0,)
+        cfg = _bench_config(spec, "validate", p, 0, "http://127.0.0.1:1", levels, "validate")
+        try:
+            cfg.validated()
+        except InputError as exc:
+            raise InputError(
+                f"[load] of point {p.point_id} ({p.label}): {exc.message}", hint=exc.hint
+            ) from None
     if spec.engine.endpoint:
         return {}
     port: int | str = spec.engine.port or PORT_PLACEHOLDER
     return {p.point_id: launch_plan(spec, p, port) for p in points}
 
 
+def stored_spec(spec: SweepSpec) -> dict[str, Any]:
+    """The spec as stored in ``sweeps.spec``: environment names only (``SweepSpec.to_json``),
+    and the secret values of the command line (after ``--api-key``, ``--hf-token``,
+    ``--token``, a flag the template marks, in ``NAME_KEY=…``) masked."""
+    out = spec.to_json()
+    e = spec.engine
+    flags = launcher.TEMPLATES[e.template].secret_flags if e.template in launcher.TEMPLATES else ()
+    secrets = [*e.env.values(), *argv_secrets(e.args, flags)]
+    if e.command:
+        with contextlib.suppress(ValueError):
+            secrets += argv_secrets(shlex.split(e.command), flags)
+    engine = out["engine"]
+    engine["args"] = redact_argv(list(e.args), flags)
+    for key in ("command", "endpoint", "model", "binary"):
+        if isinstance(engine.get(key), str):
+            engine[key] = redact(engine[key], secrets)
+    return dict(out)
+
+
 def dry_run(spec: SweepSpec, points: Sequence[Point], out: TextIO) -> int:
     plans = validate(spec, points)
     for note in check_catalog_names(spec, None):
         print(note, file=out)
+    profile = next((e for e in seeds.entries("slo_profiles") if e["name"] == spec.slo.profile), {})
+    if few := sample_note(spec, float(profile.get("percentile", 99.0))):
+        print(few, file=out)
     engine = spec.engine.endpoint or spec.engine.label
     print(
         f"sweep {spec.name}: {len(points)} point(s) × {spec.repeats} repeat(s), mode "
@@ -192,17 +246,24 @@ def _fixed_levels(spec: SweepSpec, point: Point) -> tuple[float, ...]:
 
 
 def _bench_config(
-    sw: Sweep,
+    spec: SweepSpec,
+    sweep_id: str,
     point: Point,
     repeat: int,
     url: str,
     levels: Sequence[float],
     run_id: str,
+    need: int = 0,
 ) -> BenchConfig:
-    spec, load = sw.spec, sw.spec.load
+    """The bench of one or more levels of a point; a timed rate level too short to send
+    ``need`` requests (the percentile's minimum sample) runs that many requests instead."""
+    load = spec.load
     client = {k: v for k, v in point.params.items() if k in CLIENT_PARAMS}
     conc = tuple(round(v) for v in levels) if load.kind == "concurrency" else ()
     rate = tuple(float(v) for v in levels) if load.kind == "rate" else ()
+    requests, duration = load.requests, load.duration_s
+    if (extended := sample_requests(load.kind, rate, duration, need)) is not None:
+        requests, duration = extended, None
     return BenchConfig(
         endpoint=url,
         api=load.api,
@@ -211,8 +272,8 @@ def _bench_config(
         concurrency=conc,
         rate=rate,
         arrival=load.arrival,
-        requests=load.requests,
-        duration_s=load.duration_s,
+        requests=requests,
+        duration_s=duration,
         warmup=load.warmup,
         max_tokens=client.get("max_tokens", load.max_tokens),
         slo=spec.slo.profile,
@@ -221,30 +282,42 @@ def _bench_config(
         seed=load.seed,
         timeout_s=load.timeout_s,
         run_id=run_id,
-        sweep_id=sw.sweep_id,
+        sweep_id=sweep_id,
         tags=("sweep", spec.name),
-        notes=f"servescope sweep {sw.sweep_id}: point {point.point_id} ({point.label}), "
+        notes=f"servescope sweep {sweep_id}: point {point.point_id} ({point.label}), "
         f"repeat {repeat}",
     )
 
 
 def _evaluate(sw: Sweep, run_ids: Sequence[str]) -> dict[str, tuple[bool | None, float | None]]:
-    """Each run's SLO verdict and worst ratio (measured / limit), as Compare judges it."""
+    """Each run's SLO verdict and worst ratio (measured / limit), as Compare judges it, but
+    accounting for the sample (``analysis.slo.judged``): a percentile from fewer requests than
+    it needs is *inconclusive* (None), never a pass or a fail; the sweep says so."""
     if not run_ids:
         return {}
     rows = read_rows(sw.store, run_ids, sw.profile, "configuration")
     out: dict[str, tuple[bool | None, float | None]] = {}
     for rec in rows.to_dict("records"):
-        passed = rec.get("passed")
+        verdicts = rec.get("verdicts")
+        results = list(verdicts) if isinstance(verdicts, list) else []
+        passed = slo.judged(results) if results else None
+        if (
+            passed is None
+            and results
+            and (why := slo.inconclusive_reason(results, sw.profile.percentile))
+        ):
+            sw.say(f"  {rec['run_id']}: inconclusive: {why}")
         ratio = rec.get("worst_ratio")
         out[str(rec["run_id"])] = (
-            None if passed is None or passed is pd.NA else bool(passed),
+            passed,
             None if ratio is None or (isinstance(ratio, float) and math.isnan(ratio)) else ratio,
         )
     return out
 
 
-def _tag_runs(sw: Sweep, run_ids: Sequence[str], point: Point, repeat: int, command: str) -> None:
+def _tag_runs(
+    sw: Sweep, run_ids: Sequence[str], point: Point, repeat: int, command: str, attempt: int
+) -> None:
     """client_params of each run gets the launch command and the point: relaunch as it ran."""
     for run_id in run_ids:
         rec = runs_table.run_record(sw.store, run_id)
@@ -257,6 +330,7 @@ def _tag_runs(sw: Sweep, run_ids: Sequence[str], point: Point, repeat: int, comm
             "sweep_id": sw.sweep_id,
             "point_id": point.point_id,
             "repeat": repeat,
+            "attempt": attempt,
             "params": dict(point.params),
         }
         ingest.update_run(sw.store, run_id, client_params=cp)
@@ -307,10 +381,11 @@ def _measure(
     alive: Callable[[], bool],
     *,
     start: float | None = None,
+    attempt: int = 1,
 ) -> PointResult:
     """Run the point's load against ``url``; the capacity figures of the point's row."""
     spec, load = sw.spec, sw.spec.load
-    base = f"{sw.sweep_id}-{point.point_id}-r{repeat}"
+    base = attempt_base(sw.sweep_id, point.point_id, repeat, attempt)
     row: dict[str, Any] = {"capacity_kind": load.kind}
     run_ids: list[str] = []
     requests: dict[str, int] = {}
@@ -318,11 +393,13 @@ def _measure(
     levels = _fixed_levels(spec, point)
     if levels:
         outcome = run_bench(
-            _bench_config(sw, point, repeat, url, levels, base), sw.store, progress=sw.progress
+            _bench_config(sw.spec, sw.sweep_id, point, repeat, url, levels, base, sw.need),
+            sw.store,
+            progress=sw.progress,
         )
         run_ids = outcome.run_ids
         requests = {lvl.run_id: lvl.requests for lvl in outcome.levels}
-        _tag_runs(sw, run_ids, point, repeat, command)
+        _tag_runs(sw, run_ids, point, repeat, command, attempt)
         verdicts = _evaluate(sw, run_ids)
         for lvl, level in zip(outcome.levels, levels, strict=False):
             passed, ratio = verdicts.get(lvl.run_id, (None, None))
@@ -337,10 +414,14 @@ def _measure(
                 }
             ),
         )
+        blind = [f"{p.load:g}" for p in probes if p.passed is None]
+        notes = [cap.note] if cap.note else []
+        if blind:  # as the search says it (analysis.capacity_search.search_result)
+            notes.append(f"no verdict at {', '.join(blind)}: counted as failing")
         row |= {
             "capacity": cap.interpolated if cap.interpolated is not None else cap.measured,
             "capacity_interpolated": cap.is_interpolated,
-            "capacity_note": cap.note or None,
+            "capacity_note": "; ".join(notes) or None,
             "runs_used": len(run_ids),
         }
         measured: float | None = cap.measured
@@ -358,7 +439,7 @@ def _measure(
                 break
             run_id = f"{base}-s{step}"
             outcome = run_bench(
-                _bench_config(sw, point, repeat, url, [value], run_id),
+                _bench_config(sw.spec, sw.sweep_id, point, repeat, url, [value], run_id, sw.need),
                 sw.store,
                 progress=sw.progress,
             )
@@ -366,7 +447,7 @@ def _measure(
             run_ids += outcome.run_ids
             for lvl in outcome.levels:
                 requests[lvl.run_id] = lvl.requests
-            _tag_runs(sw, outcome.run_ids, point, repeat, command)
+            _tag_runs(sw, outcome.run_ids, point, repeat, command, attempt)
             rid = outcome.run_ids[0] if outcome.run_ids else None
             passed, ratio = _evaluate(sw, [rid]).get(rid, (None, None)) if rid else (None, None)
             if not alive():
@@ -375,7 +456,13 @@ def _measure(
             probes.append(Probe(load_value, passed, ratio, rid))
             sw.say(
                 f"  {point.label} r{repeat}: {load.kind} {load_value:g} → "
-                + ("pass" if passed else "FAIL" if passed is False else "no verdict")
+                + (
+                    "pass"
+                    if passed
+                    else "FAIL"
+                    if passed is False
+                    else "no verdict (counted as failing)"
+                )
                 + (f" (worst ratio {ratio:.2f})" if ratio is not None else "")
             )
         res = search_result(plan, probes)
@@ -394,6 +481,63 @@ def _measure(
     return PointResult(row, run_ids)
 
 
+def attempt_base(sweep_id: str, point_id: str, repeat: int, attempt: int) -> str:
+    """The prefix of the run ids of one attempt at a point (repeat): ``SWEEP-POINT-rR`` for the
+    first, ``SWEEP-POINT-rR-aN`` for the N-th (a resume's), so no attempt shares a run."""
+    base = f"{sweep_id}-{point_id}-r{repeat}"
+    return base if attempt <= 1 else f"{base}-a{attempt}"
+
+
+def attempt_runs(
+    store: Store, sweep_id: str, point_id: str, repeat: int, attempt: int
+) -> list[str]:
+    """The runs stored by one attempt at a point (repeat), from their ids."""
+    from store.sweeps import sweep_runs
+
+    base = attempt_base(sweep_id, point_id, repeat, attempt) + "-"
+    later = re.compile(re.escape(f"{sweep_id}-{point_id}-r{repeat}-") + r"a\d+-")
+    ids = [str(r) for r in sweep_runs(store, sweep_id)["run_id"]]
+    return [r for r in ids if r.startswith(base) and (attempt > 1 or not later.match(r))]
+
+
+#: The columns of a point's row that one attempt measures: reset when a new attempt starts.
+_MEASURED: tuple[str, ...] = (
+    "capacity",
+    "capacity_kind",
+    "capacity_interpolated",
+    "capacity_note",
+    "runs_used",
+    "search",
+    "peak_memory_fraction",
+    "preemptions",
+    "framework_version",
+)
+
+
+def _earlier_attempts(sw: Sweep, point: Point, repeat: int) -> tuple[int, list[dict[str, Any]]]:
+    """This attempt's number and the attempts before it, kept: a point left ``interrupted`` or
+    ``running`` by an earlier process is measured again as a new attempt with its own runs;
+    what the earlier one measured (its runs, ended ``interrupted``) stays, marked, apart."""
+    old = records.point_row(sw.store, sw.sweep_id, point.point_id, repeat)
+    if old is None:
+        return 1, []
+    kept = list(old.get("attempts") or [])
+    previous = int(old.get("attempt") or 1)
+    kept.append(
+        {
+            "attempt": previous,
+            "status": old.get("status"),
+            "started_at": old.get("started_at"),
+            "ended_at": old.get("ended_at"),
+            "error": old.get("error"),
+            "launch_command": old.get("launch_command"),
+            "run_ids": attempt_runs(sw.store, sw.sweep_id, point.point_id, repeat, previous),
+            "log_tail": old.get("log_tail"),
+        }
+    )
+    return previous + 1, kept
+
+
 def run_point(
     sw: Sweep,
     point: Point,
@@ -403,10 +547,11 @@ def run_point(
     prior: float | None = None,
 ) -> PointResult:
     """Launch, measure, stop one point (repeat); record it. Failures of the engine are recorded
-    and returned; only a stop signal (KeyboardInterrupt) escapes, after the point is recorded
-    as interrupted and the engine stopped."""
+    and returned; anything else (a stop signal, a failure of the sweep itself) escapes only
+    after the engine is stopped and the point recorded ``interrupted``."""
     spec = sw.spec
     key = {"sweep_id": sw.sweep_id, "point_id": point.point_id, "repeat": repeat}
+    attempt, attempts = _earlier_attempts(sw, point, repeat)
     row: dict[str, Any] = {
         **key,
         "params": dict(point.params),
@@ -416,9 +561,16 @@ def run_point(
         "error": None,
         "log_tail": None,
         "prior": prior,
+        "attempt": attempt,
+        "attempts": attempts or None,
+        "engine_pgid": None,
+        "engine_start": None,
+        **dict.fromkeys(_MEASURED),
     }
     engine: launcher.Engine | None = None
-    log_path = sw.log_dir / f"{point.point_id}-r{repeat}.log"
+    suffix = "" if attempt <= 1 else f"-a{attempt}"
+    log_path = sw.log_dir / f"{point.point_id}-r{repeat}{suffix}.log"
+    secrets: tuple[str, ...] = ()
     status, error = "completed", None
     result = PointResult({})
     try:
@@ -429,42 +581,49 @@ def run_point(
         else:
             port = spec.engine.port or launcher.free_port()
             plan = launch_plan(spec, point, port)
-            command = plan.display
+            command, secrets = plan.display, plan.secrets
             row |= {"launch_command": command, "framework": plan.framework}
             records.record_point(sw.store, row)
             sw.say(f"{point.point_id} {point.label} r{repeat}: $ {command}")
             engine = launcher.launch(plan, log_path=log_path, port=port, environ=sw.environ)
+            # recorded at once: a sweep killed from here on leaves an engine --resume can stop
+            row |= {
+                "engine_pgid": engine.proc.pid,
+                "engine_start": launcher.process_start(engine.proc.pid),
+            }
+            records.record_point(sw.store, row)
             launcher.wait_healthy(engine, spec.engine.startup_timeout_s)
             url, alive = engine.url, engine.alive
         who = identify_sync(url, timeout_s=5.0)
         if who.framework:
             row |= {"framework": who.framework, "framework_version": who.version}
-        result = _measure(sw, point, repeat, url, command, alive, start=start)
+        result = _measure(sw, point, repeat, url, command, alive, start=start, attempt=attempt)
         row |= result.row
         failure = engine.failure() if engine is not None else None
         if failure is not None:  # it died during the load
             status, error = failure.status, failure.reason
     except launcher.LaunchFailure as f:
         status, error = f.status, f.reason
-    except BenchInterrupted as exc:
-        result.run_ids = exc.run_ids
-        row |= {"status": "interrupted", "error": "interrupted by a stop signal"}
-        _close(sw, engine, row, log_path)
-        raise
-    except KeyboardInterrupt:
-        row |= {"status": "interrupted", "error": "interrupted by a stop signal"}
-        _close(sw, engine, row, log_path)
-        raise
-    except (EndpointError, ConfigError, InputError) as exc:
+    except BaseException as exc:
         failure = engine.failure() if engine is not None else None
-        if failure is not None:
+        if isinstance(exc, BenchInterrupted):
+            result.run_ids = exc.run_ids
+        if isinstance(exc, KeyboardInterrupt):
+            why = "interrupted by a stop signal"
+        elif isinstance(exc, EndpointError | ConfigError | InputError) and failure is not None:
             status, error = failure.status, f"{failure.reason} ({exc.message})"
+            why = ""
         elif isinstance(exc, EndpointError):
-            status, error = "crashed", exc.message
+            status, error, why = "crashed", exc.message, ""
         else:
+            message = exc.message if isinstance(exc, ConfigError | InputError) else repr(exc)
+            why = f"the sweep stopped: {message}"
+        if why:
+            row |= {"status": "interrupted", "error": why}
+            _close(sw, engine, row, log_path, secrets)
             raise
     row |= {"status": status, "error": error}
-    _close(sw, engine, row, log_path)
+    _close(sw, engine, row, log_path, secrets)
     result.row = row
     return result
 
@@ -473,16 +632,26 @@ def _yes() -> bool:
     return True
 
 
-def _close(sw: Sweep, engine: launcher.Engine | None, row: dict[str, Any], log: Path) -> None:
-    """Stop the engine (if any), keep its log tail, record the point (one transaction)."""
-    if engine is not None:
-        launcher.stop(engine, sw.spec.engine.stop_timeout_s)
-    if log.exists():
-        row["log_tail"] = launcher.log_tail(log) or None
-    row["ended_at"] = time.time()
-    if row.get("error"):
-        row["error"] = " ".join(str(row["error"]).split())[:500]
-    records.record_point(sw.store, row)
+def _close(
+    sw: Sweep,
+    engine: launcher.Engine | None,
+    row: dict[str, Any],
+    log: Path,
+    secrets: Sequence[str] = (),
+) -> None:
+    """Stop the engine (if any), keep its log tail (secrets masked), record the point (one
+    transaction). The engine is stopped even when recording fails."""
+    try:
+        if engine is not None:
+            launcher.stop(engine, sw.spec.engine.stop_timeout_s)
+    finally:
+        if log.exists():
+            row["log_tail"] = launcher.log_tail(log, secrets=secrets) or None
+        row["ended_at"] = time.time()
+        row["engine_pgid"] = row["engine_start"] = None
+        if row.get("error"):
+            row["error"] = redact(" ".join(str(row["error"]).split())[:500], secrets)
+        records.record_point(sw.store, row)
 
 
 # --- the sweep ----------------------------------------------------------------------------------
@@ -621,6 +790,87 @@ def _log_dir(store: Store, sweep_id: str, override: str | None) -> Path:
     return Path("data") / "sweeps" / sweep_id
 
 
+def reclaim(store: Store, sweep_id: str, out: TextIO, stop_timeout_s: float = 10.0) -> int:
+    """Tidy what a sweep killed outright (kill -9, a lost machine) left of ``sweep_id``: stop
+    each engine it had launched (its recorded process group, when the leader is still that
+    engine), mark its points left ``running`` as ``interrupted`` and its runs left ``running``
+    as ``interrupted``. Refuses (InputError) while the sweep's own process still runs. Returns
+    the number of engines stopped."""
+    header = records.sweep_header(store, sweep_id) or {}
+    here = header.get("host") in (None, socket.gethostname())
+    if header.get("status") == "running" and here:
+        pid, start = _whole(header.get("runner_pid")), _real(header.get("runner_start"))
+        if pid and pid != os.getpid() and launcher.is_running(pid, start):
+            raise InputError(
+                f"sweep {sweep_id!r} is still running (process {pid})",
+                hint="stop that process first (Ctrl-C or SIGTERM records its point)",
+            )
+    stopped = 0
+    for left in records.left_running(store, sweep_id):
+        pgid = _whole(left.get("engine_pgid"))
+        note = "the sweep process ended without recording this point (killed)"
+        if (
+            pgid
+            and here
+            and launcher.stop_group(pgid, _real(left.get("engine_start")), stop_timeout_s)
+        ):
+            stopped += 1
+            note += f"; its engine (process group {pgid}) was stopped later"
+            print(f"stopped the engine left by sweep {sweep_id} (process group {pgid})", file=out)
+        records.record_point(
+            store,
+            {
+                "sweep_id": sweep_id,
+                "point_id": left["point_id"],
+                "repeat": int(left["repeat"]),
+                "status": "interrupted",
+                "error": note,
+                "engine_pgid": None,
+                "engine_start": None,
+            },
+        )
+    from store.sweeps import sweep_runs
+
+    runs = sweep_runs(store, sweep_id)
+    for run_id in runs.loc[runs["status"] == "running", "run_id"]:
+        ingest.update_run(store, str(run_id), status="interrupted")
+    return stopped
+
+
+def _whole(value: Any) -> int | None:
+    try:
+        return None if value is None or pd.isna(value) else int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _real(value: Any) -> float | None:
+    try:
+        return None if value is None or pd.isna(value) else float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def cleanup(store: Store, out: TextIO) -> int:
+    """``sweep --cleanup``: :func:`reclaim` every sweep of this host left ``running`` whose
+    process is gone, and record it ``interrupted``; returns the engines stopped."""
+    stopped = 0
+    for sw in records.unfinished_sweeps(store):
+        sid = str(sw["sweep_id"])
+        if sw.get("host") not in (None, socket.gethostname()):
+            print(f"sweep {sid}: ran on {sw['host']}, not here: left alone", file=out)
+            continue
+        try:
+            stopped += reclaim(store, sid, out)
+        except InputError as exc:
+            print(f"sweep {sid}: {exc.message}: left alone", file=out)
+            continue
+        records.finish_sweep(store, sid, "interrupted")
+        print(f"sweep {sid}: recorded interrupted; resume with --resume {sid}", file=out)
+    print(f"cleanup: {stopped} engine(s) stopped", file=out)
+    return stopped
+
+
 def profile_of(store: Store, spec: SweepSpec) -> slo.SloProfile:
     return slo.SloProfile.from_entry(catalog.get(store, "slo_profiles", spec.slo.profile))
 
@@ -661,6 +911,7 @@ def run_sweep(
                 f"sweep {sweep_id!r} is named {header.get('name')!r}, the spec {spec.name!r}",
                 hint="resume it with the spec it ran",
             )
+        reclaim(store, sweep_id, out, spec.engine.stop_timeout_s)
         done = records.completed_point_ids(store, sweep_id)
     else:
         sweep_id = _new_sweep_id(spec.name)
@@ -686,14 +937,18 @@ def run_sweep(
             "grid": {k: list(v) for k, v in spec.grid.items()},
             "workload": spec.load.workload,
             "slo": spec.slo.profile,
-            "spec": spec.to_json(),
+            "spec": stored_spec(spec),
             "mode": spec.mode,
             "host": socket.gethostname(),
+            "runner_pid": os.getpid(),
+            "runner_start": launcher.process_start(os.getpid()),
             **({} if resume else {"started_at": time.time()}),
         },
     )
     todo = [(p, r) for p in points for r in range(spec.repeats) if (p.point_id, r) not in done]
     priors = _priors(sw, points) if spec.mode == "efficient" else None
+    if note := sample_note(spec, profile.percentile):
+        sw.say(note)
     sw.say(
         f"sweep {sweep_id}: {len(todo)} of {len(points) * spec.repeats} point run(s) to measure"
         + (f" ({len(done)} already done)" if done else "")
@@ -708,6 +963,10 @@ def run_sweep(
     except KeyboardInterrupt:
         records.finish_sweep(store, sweep_id, "interrupted")
         sw.say(f"sweep {sweep_id} interrupted: resume with --resume {sweep_id}")
+        raise
+    except BaseException:  # the point is recorded and its engine stopped (run_point)
+        records.finish_sweep(store, sweep_id, "failed")
+        sw.say(f"sweep {sweep_id} failed: resume with --resume {sweep_id}")
         raise
     records.finish_sweep(store, sweep_id, "completed")
     return sweep_id, rows
@@ -752,6 +1011,39 @@ def headline(store: Store, sweep_id: str) -> str:
     return recommendation_for(store, sweep_id).headline()
 
 
+def caveats(store: Store, sweep_id: str) -> list[str]:
+    """The recommendation's warnings, as the Tune page shows them ("The top two are not
+    separated …", a spread of repeats beyond the noise): printed under the headline."""
+    from services.views.tune import recommendation_for
+
+    return [f"caveat: {w}" for w in recommendation_for(store, sweep_id).warnings]
+
+
+def sample_note(spec: SweepSpec, percentile: float) -> str | None:
+    """A note when each level's ``requests`` are too few to judge the SLO's percentile (every
+    level would be inconclusive), or when timed rate levels may be extended to the minimum;
+    None otherwise."""
+    need = min_samples_for(percentile)
+    n, load = spec.load.requests, spec.load
+    if n is not None and n < need:
+        return (
+            f"note: {n} requests per level are too few to judge P{percentile:g} (needs {need}): "
+            "every level will be inconclusive; raise [load].requests or use duration_s"
+        )
+    lowest = load.levels or ((load.search.low,) if load.search else ())
+    if sample_requests(load.kind, lowest, load.duration_s, need) is not None:
+        return (
+            f"note: a rate level that would send fewer than {need} requests in "
+            f"{load.duration_s:g} s runs {need} requests instead (P{percentile:g} needs {need})"
+        )
+    if load.kind == "concurrency" and load.duration_s is not None:
+        return (
+            f"note: a level that completes fewer than {need} requests in {load.duration_s:g} s "
+            f"is inconclusive (P{percentile:g} needs {need})"
+        )
+    return None
+
+
 def exit_status(store: Store, sweep_id: str) -> int:
     """0 when every point completed (points the efficient mode pruned were decided without
     running: they are not failures), 1 when some failed, 3 when none completed."""
@@ -777,7 +1069,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("spec", metavar="SPEC.toml", help="the sweep spec (docs/tune.md)")
+    p.add_argument("spec", metavar="SPEC.toml", nargs="?", help="the sweep spec (docs/tune.md)")
     p.add_argument(
         "--resume",
         nargs="?",
@@ -792,6 +1084,12 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         action="store_true",
         help="print every point's launch command and the load plan; launch and store nothing",
     )
+    p.add_argument(
+        "--cleanup",
+        action="store_true",
+        help="stop the engines of sweeps killed outright (kill -9) and record them interrupted; "
+        "no spec needed",
+    )
     p.add_argument("--db", help="store URL (default: $SERVESCOPE_DB or the DuckDB file)")
     p.add_argument(
         "--log-dir", help="folder for the engines' logs (default: sweeps/ beside the store)"
@@ -802,6 +1100,19 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``servescope sweep``."""
+    if args.cleanup:
+        if args.spec or args.resume or args.dry_run:
+            raise InputError("--cleanup takes no spec, --resume or --dry-run")
+        store = open_store(args.db)
+        try:
+            cleanup(store, sys.stdout)
+            return ExitCode.OK
+        finally:
+            store.dispose()
+    if not args.spec:
+        raise InputError(
+            "a sweep spec is required", hint="servescope sweep SPEC.toml, or sweep --cleanup"
+        )
     spec = load_spec(args.spec)
     if args.dry_run:
         return dry_run(spec, expand(spec), sys.stdout)
@@ -809,11 +1120,18 @@ def run(args: argparse.Namespace) -> int:
     store = open_store(args.db)
     try:
         sweep_id, _ = run_sweep(
-            spec, store, resume=args.resume, log_dir=args.log_dir, progress=not args.quiet
+            spec,
+            store,
+            resume=args.resume,
+            log_dir=args.log_dir,
+            progress=not args.quiet,
+            out=sys.stdout,
         )
         print(f"\nsweep {sweep_id}: {spec.name}")
         print(summary_table(store, sweep_id))
         print(headline(store, sweep_id))
+        for line in caveats(store, sweep_id):
+            print(line)
         return exit_status(store, sweep_id)
     finally:
         store.dispose()

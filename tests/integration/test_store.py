@@ -233,7 +233,15 @@ def test_migrations_upgrade_a_version_1_store_keeping_its_runs(tmp_path: Path) -
         for table, columns in migrations._CAPACITY_COLUMNS.items():
             for column, _ in columns:
                 conn.execute(sa.text(f"ALTER TABLE {table} DROP COLUMN {column}"))
-        for column in ("spec", "mode", "started_at", "ended_at", "host"):
+        for column in (
+            "spec",
+            "mode",
+            "started_at",
+            "ended_at",
+            "host",
+            "runner_pid",
+            "runner_start",
+        ):
             conn.execute(sa.text(f"ALTER TABLE sweeps DROP COLUMN {column}"))
         conn.execute(sa.text("ALTER TABLE runs DROP COLUMN data_version"))
         conn.execute(sa.text("ALTER TABLE requests DROP COLUMN host"))
@@ -248,7 +256,10 @@ def test_migrations_upgrade_a_version_1_store_keeping_its_runs(tmp_path: Path) -
                 "INSERT INTO requests (run_id, seq, status, ttft_ms) VALUES ('old', 0, 'ok', 7)"
             )
         )
-    assert migrations.migrate(old) == len(migrations.MIGRATIONS) == 8
+    assert migrations.migrate(old) == len(migrations.MIGRATIONS) == 9
+    assert {"runner_pid", "runner_start"} <= set(
+        old.read_df("SELECT * FROM sweeps LIMIT 0").columns
+    )
     assert sa.inspect(old.engine).has_table("framework_scores")
     assert sa.inspect(old.engine).has_table("sweep_points")
     assert sa.inspect(old.engine).has_table("plans")

@@ -267,3 +267,14 @@ def test_narrow_bracket_closes_in_one_run_either_way() -> None:
 def test_plan_validation(kwargs: dict[str, object], needle: str) -> None:
     with pytest.raises(ConfigError, match=needle):
         SearchPlan(**kwargs)  # type: ignore[arg-type]
+
+
+def test_a_timed_rate_level_too_short_for_its_percentile_runs_the_minimum_sample() -> None:
+    """Issue 24 case 12: 8 s at 2 req/s is 16 requests, too few for a P99 (100)."""
+    from analysis.capacity_search import sample_requests
+
+    assert sample_requests("rate", [2.0], 8.0, 100) == 100
+    assert sample_requests("rate", [2.0, 20.0], 8.0, 100) == 160  # the fastest keeps its 8 s
+    assert sample_requests("rate", [20.0], 8.0, 100) is None  # 160 requests: enough
+    assert sample_requests("concurrency", [2.0], 8.0, 100) is None  # count unknown in advance
+    assert sample_requests("rate", [2.0], None, 100) is None  # requests = N is the user's

@@ -184,3 +184,29 @@ def test_memory_cap_judged_on_gpu_samples_only() -> None:
     assert slo.overall(list(none.values())) is True
     # without a cap there is no memory target at all
     assert "memory_fraction" not in {r.target for r in slo.evaluate({}, PROFILE)}
+
+
+def _target(passed: bool | None, n: int, target: str = "ttft_ms") -> slo.TargetResult:
+    return slo.TargetResult(
+        target, "TTFT P99", 1.0, 1.0, passed, n, slo.low_confidence(99, n) if n else False, 1.0
+    )
+
+
+@pytest.mark.parametrize(
+    ("targets", "verdict"),
+    [
+        ([_target(True, 100)], True),  # P99 from 100 samples: judged
+        ([_target(False, 100)], False),
+        ([_target(True, 20)], None),  # from 20: its maximum, inconclusive either way
+        ([_target(False, 20)], None),
+        ([_target(True, 20), _target(False, 400, "error_rate")], False),  # a judged fail
+        ([_target(None, 0)], None),
+    ],
+)
+def test_a_level_judged_from_too_few_requests_is_inconclusive(
+    targets: list[slo.TargetResult], verdict: bool | None
+) -> None:
+    """Issue 24 case 12: P99 from ~20 requests decided a sweep's pass/fail."""
+    assert slo.judged(targets) is verdict
+    if verdict is None and targets[0].n:
+        assert slo.inconclusive_reason(targets, 99) == "TTFT P99 from 20 samples (needs 100)"

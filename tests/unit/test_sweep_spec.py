@@ -376,3 +376,80 @@ def test_the_prior_reads_a_mixture_as_its_weighted_expected_lengths() -> None:
     }
     # (3 × 100 + 1 × 400) / 4 = 175 input; (3 × 10 + 1 × 50) / 4 = 20 output
     assert prior_lengths(mixed) == {"input_tokens": 175.0, "output_tokens": 20.0}
+
+
+def test_secrets_are_masked_in_the_launch_command_and_the_stored_spec() -> None:
+    """Issue 24 case 3: env values never shown (names only, a template rule's own value kept);
+    values after --api-key / --hf-token / --token / a template-marked flag and NAME_KEY= forms
+    masked, in the display, the secrets the log tail masks and the spec stored."""
+    from services.commands.sweep import stored_spec
+
+    args = ("--api-key", "sk-1", "--token=tk-2", "HF_TOKEN=hf-3")
+    env = {"VLLM_API_KEY": "vk-5", "HF_HOME": "/data/hf-6"}
+    plan = render(
+        template="tgi",
+        command=None,
+        params={"prefix_caching": True},
+        model="M",
+        port=1,
+        args=args,
+        env=env,
+    )
+    secrets = ("sk-1", "tk-2", "hf-3", "vk-5", "/data/hf-6")
+    assert plan.display.startswith("VLLM_API_KEY=*** HF_HOME=*** PREFIX_CACHING=1 ")
+    assert plan.display.endswith("--api-key *** --token=*** HF_TOKEN=***")
+    assert set(plan.secrets) == set(secrets)
+    assert plan.argv[-4:] == args  # the engine still gets them
+    # a flag the template marks: llama-server's -hft
+    llama = render(
+        template="llamacpp", command=None, params={}, model="m.gguf", port=1, args=["-hft", "h-1"]
+    )
+    assert llama.display.endswith("-hft ***") and llama.secrets == ("h-1",)
+    spec = parse_spec(
+        textwrap.dedent(
+            """
+            name = "s"
+            [engine]
+            command = "serve --port {port} --api-key sk-7 OTHER_KEY=ok-8"
+            args = ["--hf-token", "hf-9"]
+            env = { TOKEN = "env-10" }
+            [grid]
+            [load]
+            workload = "short-in-short-out"
+            kind = "rate"
+            levels = [1]
+            requests = 5
+            [slo]
+            profile = "interactive-chat"
+            """
+        )
+    )
+    stored = str(stored_spec(spec))
+    for secret in ("sk-7", "ok-8", "hf-9", "env-10"):
+        assert secret not in stored
+    assert "--api-key ***" in stored and "'--hf-token', '***'" in stored
+
+
+def test_the_log_tail_masks_the_plans_secrets_and_token_forms(tmp_path: Path) -> None:
+    from collectors.engine_launcher import log_tail
+
+    log = tmp_path / "e.log"
+    log.write_text(
+        "args: --api-key sk-SECRET1\nloaded token=abc123 HF_TOKEN=hf_x\nvalue vk-SECRET2\n"
+    )
+    tail = log_tail(log, secrets=("vk-SECRET2",))
+    assert "sk-SECRET1" not in tail and "abc123" not in tail and "hf_x" not in tail
+    assert "vk-SECRET2" not in tail and tail.count("***") == 4
+
+
+def test_a_sweeps_timed_rate_level_is_extended_to_its_percentiles_minimum_sample() -> None:
+    from services.commands.sweep import _bench_config, sample_note
+
+    spec = parse_spec((REPO / "examples" / "sim-sweep.toml").read_text())  # 8 s levels, P99
+    [point, *_] = expand(spec)
+    low = _bench_config(spec, "s", point, 0, "http://h:1", [2.0], "r", need=100)
+    assert (low.requests, low.duration_s) == (100, None)
+    high = _bench_config(spec, "s", point, 0, "http://h:1", [20.0], "r", need=100)
+    assert (high.requests, high.duration_s) == (None, 8.0)
+    note = sample_note(spec, 99)
+    assert note is not None and "runs 100 requests instead (P99 needs 100)" in note
