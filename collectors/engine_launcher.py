@@ -52,6 +52,7 @@ from typing import IO, Any, Final
 
 import httpx
 
+from collectors import http_client
 from collectors.redact import redact
 from errors import InputError
 
@@ -432,7 +433,7 @@ def wait_healthy(
     ``health_timeout`` past ``timeout_s``."""
     deadline = clock() + timeout_s
     last = "no answer"
-    with httpx.Client(timeout=2.0, transport=transport) as client:
+    with http_client.sync_client(2.0, transport=transport) as client:
         while True:
             if not engine.alive():
                 tail = engine.tail()

@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from collectors import engine_metrics, gpu
+from collectors import engine_metrics, gpu, http_client
 from collectors.prometheus_text import Exposition, Sample, labels_key
 from collectors.row_sink import RowSink
 from errors import CollectorError, InputError
@@ -94,7 +94,9 @@ class PrometheusClient:
     def __post_init__(self) -> None:
         self.base_url = self.base_url.rstrip("/")
         if self.client is None:
-            self.client = httpx.Client(timeout=self.timeout_s)
+            self.client = http_client.sync_client(
+                self.timeout_s, max_bytes=http_client.MAX_METRICS_BYTES
+            )
             self._owned = True
 
     def close(self) -> None:
@@ -144,7 +146,7 @@ class PrometheusClient:
                 hint="check the --prometheus URL (e.g. http://prometheus:9090)",
             ) from exc
         try:
-            body: dict[str, Any] = resp.json()
+            body: dict[str, Any] = http_client.json_of(resp)
         except ValueError as exc:
             raise CollectorError(
                 f"Prometheus at {self.base_url} answered HTTP {resp.status_code} with no JSON",

@@ -255,8 +255,8 @@ async def _discover(ep: HttpxEndpoint, cfg: BenchConfig) -> tuple[str, str | Non
                 hint=connect_hint(exc),
             ) from None
         listing, problem = None, ep.redact(f"{type(exc).__name__}: {exc}")
-    except ValueError:
-        listing, problem = None, "the answer is not JSON"
+    except ValueError as exc:  # json_of: deep nesting is a ValueError too
+        listing, problem = None, f"the answer is not JSON: {exc}"
     data = listing.get("data") if isinstance(listing, dict) else None
     models = [m for m in data or () if isinstance(m, dict) and isinstance(m.get("id"), str)]
     if cfg.model:
