@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from analysis import toml_input
 from collectors.loadgen.prompts import Calibration, synthesise
 from collectors.loadgen.traces import Trace
 from errors import ConfigError, InputError
@@ -370,7 +371,7 @@ def load_workload_file(path: str | Path) -> dict[str, Any]:
     except OSError as exc:
         raise InputError(f"workload file {p} cannot be read: {exc}") from None
     try:
-        doc = tomllib.loads(raw.decode("utf-8"))
+        doc = toml_input.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise InputError(
             f"workload file {p} is not valid TOML: {exc}", hint=WORKLOAD_FILE_FORMS
