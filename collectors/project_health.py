@@ -227,10 +227,11 @@ class _Api:
             raise self._http_error(path, response)
         try:
             return http_client.json_of(response)
-        except ValueError:
+        except ValueError as exc:
+            why = "JSON nested too deep" if isinstance(exc, http_client.JSONTooDeep) else "not JSON"
             raise CollectorError(
                 self._line(
-                    f"unexpected answer from {response.request.url.copy_with(query=None)}: not JSON"
+                    f"unexpected answer from {response.request.url.copy_with(query=None)}: {why}"
                 )
             ) from None
 

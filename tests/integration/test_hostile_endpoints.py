@@ -36,9 +36,10 @@ MODELS = {"object": "list", "data": [{"id": "m", "object": "model", "owned_by": 
 
 class Hostile(BaseHTTPRequestHandler):
     """Each path answers as ``routes`` says (``drip``, ``endless``, ``big``, ``big-declared``,
-    ``deep``); any other path a small good answer."""
+    ``deep``; ``"*"``: every path not named); any other path a small good answer."""
 
     routes: ClassVar[dict[str, str]] = {}
+    bodies: ClassVar[dict[str, bytes]] = {}  # a path's raw JSON answer
     protocol_version = "HTTP/1.0"  # the body ends when the connection closes
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -54,7 +55,7 @@ class Hostile(BaseHTTPRequestHandler):
 
     def _answer(self) -> None:
         path = self.path.split("?", 1)[0]
-        how = self.routes.get(path)
+        how = self.routes.get(path, self.routes.get("*"))
         try:
             if how == "drip":
                 self._head("application/json")
@@ -78,6 +79,9 @@ class Hostile(BaseHTTPRequestHandler):
                 for _ in range(20):
                     self.wfile.write(mib)
                 self.wfile.write(b"]}")
+            elif path in self.bodies:
+                self._head("application/json", len(self.bodies[path]))
+                self.wfile.write(self.bodies[path])
             elif how == "deep":
                 self._head("application/json", len(DEEP))
                 self.wfile.write(DEEP)
@@ -99,6 +103,7 @@ class Hostile(BaseHTTPRequestHandler):
 @pytest.fixture
 def hostile() -> Iterator[str]:
     Hostile.routes = {}
+    Hostile.bodies = {}
     server = ThreadingHTTPServer(("127.0.0.1", 0), Hostile)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -292,6 +297,81 @@ def test_bench_discovery_ends_with_one_line_on_a_hostile_models_list(
     assert code == ExitCode.ERROR
     line = _one_error(capsys.readouterr().err)
     assert "cannot pick a model" in line and says in line
+
+
+# --- Prometheus answers and the GitHub API (case 6) ---------------------------------------------
+
+PROM_OK = {"status": "success", "data": {"resultType": "matrix", "result": []}}
+
+
+def _matrix(*points: Any, metric: Any = None) -> bytes:
+    series = {"metric": metric or {"__name__": "vllm:num_requests_running"}, "values": list(points)}
+    return json.dumps(
+        {"status": "success", "data": {"resultType": "matrix", "result": [series]}}
+    ).encode()
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        (b"[1, 2, 3]", "the answer is a JSON list, not an object"),
+        (json.dumps([PROM_OK]).encode(), "the answer is a JSON list"),
+        (_matrix(["soon", "1"]), "values[0] has the timestamp soon; expected Unix seconds"),
+        (_matrix([1e308, "1"]), "values[0] has the timestamp 1e+308"),
+        (_matrix([1700000000, "1", "extra"]), "values[0] is [1700000000, '1', 'extra']"),
+        (_matrix(1700000000), "values[0] is 1700000000; expected [timestamp"),
+        (_matrix([1700000000, "1"], metric=["x"]), "metric is not a table of label = text"),
+        (b'{"status": "success", "data": {"resultType": "matrix", "result": 5}}', "not a list"),
+        (b'{"status": "success", "data": []}', "unexpected Prometheus result type"),
+        (b'{"status": "error", "errorType": [1], "error": {"a": 1}}', "refused the query"),
+        (b'{"a":' * 3000 + b"1" + b"}" * 3000, "JSON nested too deep to decode"),
+    ],
+)
+def test_a_malformed_prometheus_answer_is_one_collector_error(
+    hostile: str, body: bytes, says: str
+) -> None:
+    from collectors.prometheus import PrometheusClient
+    from errors import CollectorError
+
+    Hostile.bodies = {"/api/v1/query_range": body}
+    with PrometheusClient(hostile) as prom, pytest.raises(CollectorError) as exc:
+        prom.query_range("up", start=1700000000, end=1700000010, step=5)
+    assert says in str(exc.value)
+
+
+def test_watch_since_on_a_hostile_prometheus_is_one_line(
+    hostile: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    Hostile.bodies = {"/api/v1/query_range": b"[" * 5000 + b"]" * 5000}
+    path = tmp_path / "s.duckdb"
+    code = cli.main(
+        [
+            "watch",
+            "--prometheus",
+            hostile,
+            "--since",
+            "10m",
+            "--duration",
+            "1s",
+            "--db",
+            f"duckdb:///{path}",
+        ]
+    )
+    assert code == ExitCode.ERROR
+    assert "nested too deep" in _one_error(capsys.readouterr().err)
+
+
+def test_health_on_a_deeply_nested_github_answer_is_one_line(
+    hostile: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    Hostile.routes = {"*": "deep"}
+    path = tmp_path / "h.duckdb"
+    code = cli.main(["health", "vllm", "--db", f"duckdb:///{path}", "--api-url", hostile + "/api"])
+    out, err = capsys.readouterr()
+    assert code == ExitCode.PARTIAL  # health's own rule: a framework it could not fetch
+    assert "vllm: unexpected answer" in err and "JSON nested too deep" in err
+    assert "Traceback" not in err and "RecursionError" not in err
+    assert "stored 0 of 1" in out
 
 
 def test_httpx_is_made_in_one_place() -> None:
