@@ -45,6 +45,9 @@ from errors import ConfigError
 #: Score range of every criterion (checklist scores and converted measurements).
 SCORE_MIN: Final = 0.0
 SCORE_MAX: Final = 5.0
+#: The largest weight a criterion may have (weights are relative: 1,000 against 1 already
+#: silences a criterion; 1e308 overflowed the weighted sums to NaN).
+MAX_WEIGHT: Final = 1000.0
 #: The two kinds of criteria.
 KINDS: Final = ("checklist", "measured")
 #: The measurements a ``measured`` criterion can be fed from (see :func:`measured_score`).
@@ -300,7 +303,8 @@ class WeightPreset:
 
     @classmethod
     def from_entry(cls, entry: Mapping[str, Any]) -> WeightPreset:
-        """Validate one ``[[weight_presets]]`` entry: finite weights ≥ 0, not all zero."""
+        """Validate one ``[[weight_presets]]`` entry: weights from 0 to :data:`MAX_WEIGHT`, not
+        all zero."""
         name = _name(entry, "weight_presets.toml", "weight preset")
         at = _Where("weight_presets.toml", f"weight preset {name!r}")
         raw = entry.get("weights")
@@ -308,8 +312,10 @@ class WeightPreset:
             raise at.fail(f"'weights' is {raw!r}; expected a table of criterion = weight")
         weights: dict[str, float] = {}
         for crit, w in raw.items():
-            if not _is_number(w) or not math.isfinite(w) or w < 0:
-                raise at.fail(f"weight of {crit!r} is {w!r}; expected a finite number ≥ 0")
+            if not _is_number(w) or not 0 <= w <= MAX_WEIGHT:  # NaN fails too
+                raise at.fail(
+                    f"weight of {crit!r} is {w!r}; expected a number from 0 to {MAX_WEIGHT:g}"
+                )
             weights[str(crit)] = float(w)
         if not any(w > 0 for w in weights.values()):
             raise at.fail("all weights are 0; give at least one criterion a weight above 0")

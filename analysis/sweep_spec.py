@@ -38,11 +38,13 @@ import itertools
 import json
 import math
 import re
+import string
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
+from analysis import toml_input
 from errors import InputError
 
 #: The normalised engine-parameter vocabulary (DESIGN §6), plus llama.cpp's total context.
@@ -64,6 +66,10 @@ MODES: Final[tuple[str, ...]] = ("grid", "efficient")
 APIS: Final[tuple[str, ...]] = ("chat", "completions")
 #: Placeholders every custom command may use besides the parameters.
 BUILTIN_PLACEHOLDERS: Final[tuple[str, ...]] = ("port", "model", "host")
+#: The most runs one sweep may measure (grid points × repeats): at a minute or more a point,
+#: 1,000 is already most of a day. A range's ``steps`` is bounded by it too.
+MAX_SWEEP_RUNS: Final = 1000
+_PLACEHOLDER_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 _PARAM_KIND: Final[Mapping[str, str]] = {
     "max_batch_size": "int",
@@ -306,6 +312,11 @@ def _range(name: str, spec: Mapping[str, Any], key: str) -> list[Any]:
     lo = _number(spec["from"], f"{key}.from")
     hi = _number(spec["to"], f"{key}.to")
     steps = _whole(spec["steps"], f"{key}.steps", minimum=2)
+    if steps > MAX_SWEEP_RUNS:
+        raise _err(
+            f"{key}.steps",
+            f"{steps:,} is more than the {MAX_SWEEP_RUNS:,} runs a sweep may measure",
+        )
     if hi <= lo:
         raise _err(key, f"to ({hi:g}) must be above from ({lo:g})")
     scale = spec.get("scale", "linear")
@@ -323,6 +334,27 @@ def _range(name: str, spec: Mapping[str, Any], key: str) -> list[Any]:
                 ints.append(r)
         return ints
     return [round(v, 6) for v in values]
+
+
+def _placeholders(command: str) -> str:
+    """``command`` when each of its ``{…}`` is a placeholder name (``{port}``,
+    ``{max_batch_size}``); ``{}``, ``{0}``, ``{a.b}``, ``{a[0]}``, ``{a!r}``, ``{a:5}`` and a lone
+    brace are refused here, before any launch (``{{``/``}}`` are literal braces)."""
+    key = "[engine].command"
+    hint = "placeholders are {name} (a parameter, port, model or host); write {{ and }} for a brace"
+    try:
+        fields = [(f, spec, conv) for _, f, spec, conv in string.Formatter().parse(command)]
+    except ValueError as exc:  # "Single '{' encountered", "unmatched '{'"
+        raise _err(key, f"{exc} in {command!r}", hint=hint) from None
+    for field_name, spec, conv in fields:
+        if field_name is None:
+            continue
+        if not _PLACEHOLDER_RE.fullmatch(field_name) or spec or conv:
+            shown = (
+                "{" + field_name + (f"!{conv}" if conv else "") + (f":{spec}" if spec else "") + "}"
+            )
+            raise _err(key, f"{shown} is not a placeholder name", hint=hint)
+    return command
 
 
 def _grid(table: Mapping[str, Any], *, endpoint: bool) -> dict[str, tuple[Any, ...]]:
@@ -396,7 +428,9 @@ def _engine(table: Mapping[str, Any], env: Mapping[str, str]) -> EngineSpec:
             )
     command = table.get("command")
     if command is not None:
-        command = _expand_env(_text(command, "[engine].command"), "[engine].command", env)
+        command = _placeholders(
+            _expand_env(_text(command, "[engine].command"), "[engine].command", env)
+        )
     model = table.get("model")
     if model is not None:
         model = _expand_env(_text(model, "[engine].model"), "[engine].model", env)
@@ -566,7 +600,7 @@ def parse_spec(text: str, *, env: Mapping[str, str] | None = None) -> SweepSpec:
     command, endpoint and env values are taken from ``env``. Raises ``InputError``."""
     env = env or {}
     try:
-        doc = tomllib.loads(text)
+        doc = toml_input.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"sweep spec: not valid TOML: {exc}") from None
     _unknown(doc, "spec", ("name", "engine", "grid", "load", "slo", "sweep"))
@@ -599,13 +633,23 @@ def parse_spec(text: str, *, env: Mapping[str, str] | None = None) -> SweepSpec:
             "mode efficient orders points by a prior from the performance model: give gpu and "
             "model (catalog names, seeds/gpus.toml and seeds/models.toml)",
         )
+    repeats = _whole(sweep.get("repeats", 1), "[sweep].repeats")
+    runs = repeats * math.prod(len(values) for values in grid.values())
+    if runs > MAX_SWEEP_RUNS:
+        sizes = " × ".join(f"{len(v):,} {n}" for n, v in grid.items())
+        raise _err(
+            "[grid]",
+            f"{sizes}{f' × {repeats} repeats' if repeats > 1 else ''} = {runs:,} runs, more "
+            f"than the {MAX_SWEEP_RUNS:,} a sweep may measure",
+            hint="fewer values or steps (a coarse sweep first, then a finer one around its best)",
+        )
     return SweepSpec(
         name=name,
         engine=engine,
         grid=grid,
         load=load,
         slo=slo,
-        repeats=_whole(sweep.get("repeats", 1), "[sweep].repeats"),
+        repeats=repeats,
         mode=mode,
         prior_gpu=None if prior_gpu is None else _text(prior_gpu, "[sweep].gpu"),
         prior_model=None if prior_model is None else _text(prior_model, "[sweep].model"),

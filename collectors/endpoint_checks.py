@@ -40,6 +40,7 @@ from typing import Any
 
 import httpx
 
+from collectors import http_client
 from collectors.loadgen.client import API_PATHS
 
 APIS: tuple[str, ...] = ("chat", "completions")
@@ -192,7 +193,7 @@ def _json(resp: httpx.Response, trace: Trace) -> dict[str, Any]:
     if resp.status_code != 200:
         raise CheckFailed(f"answered HTTP {resp.status_code}: {abridge(resp.text, 160)}")
     try:
-        obj = resp.json()
+        obj = http_client.json_of(resp)
     except ValueError:
         raise CheckFailed(f"the answer is not JSON: {abridge(resp.text, 120)}") from None
     if not isinstance(obj, dict):
@@ -250,7 +251,7 @@ def error_message(resp: httpx.Response) -> str | None:
     if not raw:
         return None
     try:
-        obj = json.loads(raw)
+        obj = http_client.loads(raw)
     except ValueError:
         return raw
     if isinstance(obj, dict):
@@ -435,7 +436,7 @@ async def streaming(target: Target, api: str, trace: Trace) -> str:
                         done = True
                         continue
                     try:
-                        chunk = json.loads(data)
+                        chunk = http_client.loads(data)
                     except ValueError:
                         raise CheckFailed(
                             f"a data line is not JSON: {abridge(data, 100)!r}"
@@ -750,7 +751,7 @@ async def props_context(client: httpx.AsyncClient, base: str) -> int | None:
     None."""
     try:
         resp = await client.get(base + "/props")
-        obj = resp.json() if resp.status_code == 200 else None
+        obj = http_client.json_of(resp) if resp.status_code == 200 else None
     except (httpx.HTTPError, ValueError):
         return None
     settings = obj.get("default_generation_settings") if isinstance(obj, dict) else None

@@ -36,7 +36,7 @@ from typing import Any
 
 import httpx
 
-from collectors import engine_metrics
+from collectors import engine_metrics, http_client
 from collectors.loadgen.client import base_url
 from collectors.prometheus_text import PrometheusTextError, parse
 from errors import EndpointError
@@ -87,8 +87,9 @@ class EndpointIdentity:
         return f"{self.framework}{version} ({self.source})"
 
 
-async def _get_json(client: httpx.AsyncClient, url: str) -> Any:
-    """The JSON at ``url``, or None (not found, not JSON, an error status)."""
+async def _get_json(client: httpx.AsyncClient, url: str, *, strict: bool = False) -> Any:
+    """The JSON at ``url``, or None (not found, not JSON, an error status); ``strict``: JSON
+    nested too deep to decode raises ``EndpointError`` instead (a hostile answer, not a miss)."""
     try:
         resp = await client.get(url)
     except httpx.TimeoutException:
@@ -96,7 +97,11 @@ async def _get_json(client: httpx.AsyncClient, url: str) -> Any:
     if resp.status_code != 200:
         return None
     try:
-        return resp.json()
+        return http_client.json_of(resp)
+    except http_client.JSONTooDeep as exc:
+        if strict:
+            raise EndpointError(exc.msg, hint="is this an OpenAI-compatible endpoint?") from None
+        return None
     except (json.JSONDecodeError, UnicodeDecodeError):
         return None
 
@@ -116,7 +121,7 @@ def _llamacpp_version(props: dict[str, Any]) -> str | None:
 async def _models(
     client: httpx.AsyncClient, base: str, query: str
 ) -> tuple[str | None, str | None, int | None]:
-    data = await _get_json(client, f"{base}/v1/models{query}")
+    data = await _get_json(client, f"{base}/v1/models{query}", strict=True)
     entries = data.get("data") if isinstance(data, dict) else None
     if not isinstance(entries, list) or not entries or not isinstance(entries[0], dict):
         return None, None, None
@@ -157,6 +162,8 @@ async def identify(client: httpx.AsyncClient, base: str, query: str = "") -> End
     base = base_url(base)
     try:
         model, owned_by, max_len = await _models(client, base, query)
+    except http_client.ResponseTooLarge as exc:
+        raise EndpointError(str(exc), hint="is this an OpenAI-compatible endpoint?") from None
     except httpx.TransportError as exc:
         raise EndpointError(
             f"cannot reach {base}: {exc.__class__.__name__}: {exc}",
@@ -215,8 +222,8 @@ def identify_sync(
     """``identify`` with a client of its own (``headers``: e.g. the Authorization header)."""
 
     async def run() -> EndpointIdentity:
-        async with httpx.AsyncClient(
-            timeout=timeout_s, headers=headers, transport=transport
+        async with http_client.async_client(
+            timeout_s, headers=headers, transport=transport
         ) as client:
             return await identify(client, base, query)
 

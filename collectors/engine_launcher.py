@@ -52,6 +52,7 @@ from typing import IO, Any, Final
 
 import httpx
 
+from collectors import http_client
 from collectors.redact import MASK, argv_secrets, redact, redact_argv
 from errors import InputError
 
@@ -470,7 +471,7 @@ def wait_healthy(
     ``health_timeout`` past ``timeout_s``."""
     deadline = clock() + timeout_s
     last = "no answer"
-    with httpx.Client(timeout=2.0, transport=transport) as client:
+    with http_client.sync_client(2.0, transport=transport) as client:
         while True:
             if not engine.alive():
                 tail = engine.tail()

@@ -37,6 +37,7 @@ from analysis.project_health import (
     health_figures,
     releases_in_window,
 )
+from collectors import http_client
 from collectors.redact import redact
 from errors import CollectorError, InputError
 
@@ -96,10 +97,10 @@ def github_client(
     }
     if token:
         headers["Authorization"] = f"Bearer {token}"
-    return httpx.Client(
+    return http_client.sync_client(
+        timeout_s,
         base_url=api_url.rstrip("/"),
         headers=headers,
-        timeout=timeout_s,
         transport=transport,
         follow_redirects=True,
     )
@@ -225,11 +226,12 @@ class _Api:
         if response.status_code >= 400:
             raise self._http_error(path, response)
         try:
-            return response.json()
-        except ValueError:
+            return http_client.json_of(response)
+        except ValueError as exc:
+            why = "JSON nested too deep" if isinstance(exc, http_client.JSONTooDeep) else "not JSON"
             raise CollectorError(
                 self._line(
-                    f"unexpected answer from {response.request.url.copy_with(query=None)}: not JSON"
+                    f"unexpected answer from {response.request.url.copy_with(query=None)}: {why}"
                 )
             ) from None
 
@@ -290,7 +292,7 @@ class _Api:
 def _message(response: httpx.Response) -> str:
     """GitHub's own error message (``{"message": …}``), abridged; '' when there is none."""
     try:
-        body = response.json()
+        body = http_client.json_of(response)
     except ValueError:
         return ""
     text = body.get("message") if isinstance(body, dict) else None

@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from collectors import engine_metrics, gpu
+from collectors import engine_metrics, gpu, http_client
 from collectors.prometheus_text import Exposition, Sample, labels_key
 from collectors.row_sink import RowSink
 from errors import CollectorError, InputError
@@ -94,7 +94,9 @@ class PrometheusClient:
     def __post_init__(self) -> None:
         self.base_url = self.base_url.rstrip("/")
         if self.client is None:
-            self.client = httpx.Client(timeout=self.timeout_s)
+            self.client = http_client.sync_client(
+                self.timeout_s, max_bytes=http_client.MAX_METRICS_BYTES
+            )
             self._owned = True
 
     def close(self) -> None:
@@ -144,31 +146,75 @@ class PrometheusClient:
                 hint="check the --prometheus URL (e.g. http://prometheus:9090)",
             ) from exc
         try:
-            body: dict[str, Any] = resp.json()
+            body = http_client.json_of(resp)
         except ValueError as exc:
+            deep = isinstance(exc, http_client.JSONTooDeep)
             raise CollectorError(
-                f"Prometheus at {self.base_url} answered HTTP {resp.status_code} with no JSON",
+                f"Prometheus at {self.base_url} answered HTTP {resp.status_code} with "
+                + ("JSON nested too deep to decode" if deep else "no JSON"),
                 hint="is this the Prometheus server's address?",
             ) from exc
+        if not isinstance(body, dict):
+            raise self._malformed(f"the answer is a JSON {type(body).__name__}, not an object")
         if body.get("status") != "success":
             raise CollectorError(
-                f"Prometheus refused the query: {body.get('errorType', '?')}: "
-                f"{body.get('error', resp.status_code)}"
+                f"Prometheus refused the query: {_short(body.get('errorType', '?'))}: "
+                f"{_short(body.get('error', resp.status_code))}"
             )
         data = body.get("data", {})
-        if data.get("resultType") != "matrix":
-            raise CollectorError(f"unexpected Prometheus result type {data.get('resultType')!r}")
-        out = []
-        for item in data.get("result", []):
-            points = [(float(t), _value(v)) for t, v in item.get("values", [])]
-            out.append(RangeSeries(dict(item.get("metric", {})), points))
-        return out
+        if not isinstance(data, dict) or data.get("resultType") != "matrix":
+            kind = data.get("resultType") if isinstance(data, dict) else data
+            raise CollectorError(f"unexpected Prometheus result type {_short(kind)!r}")
+        result = data.get("result", [])
+        if not isinstance(result, list):
+            raise self._malformed("data.result is not a list")
+        return [self._series(i, item) for i, item in enumerate(result)]
+
+    def _malformed(self, why: str) -> CollectorError:
+        return CollectorError(
+            f"Prometheus at {self.base_url} answered a malformed range query: {why}",
+            hint="expected the /api/v1/query_range answer of the Prometheus HTTP API",
+        )
+
+    def _series(self, i: int, item: Any) -> RangeSeries:
+        """One ``{"metric": {...}, "values": [[t, "v"], ...]}`` of a matrix, checked: labels
+        are text, each point two elements, its timestamp Unix seconds (0 to 10¹⁰)."""
+        where = f"data.result[{i}]"
+        if not isinstance(item, dict):
+            raise self._malformed(f"{where} is not an object")
+        metric, values = item.get("metric", {}), item.get("values", [])
+        if not isinstance(metric, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in metric.items()
+        ):
+            raise self._malformed(f"{where}.metric is not a table of label = text")
+        if not isinstance(values, list):
+            raise self._malformed(f"{where}.values is not a list")
+        points: list[tuple[float, float]] = []
+        for j, point in enumerate(values):
+            if not isinstance(point, list) or len(point) != 2:
+                raise self._malformed(
+                    f'{where}.values[{j}] is {_short(point)}; expected [timestamp, "value"]'
+                )
+            t = point[0]
+            if isinstance(t, bool) or not isinstance(t, int | float) or not 0 <= t < 1e10:
+                raise self._malformed(
+                    f"{where}.values[{j}] has the timestamp {_short(t)}; expected Unix seconds"
+                )
+            points.append((float(t), _value(point[1])))
+        return RangeSeries(dict(metric), points)
 
 
-def _value(text: str) -> float:
+def _short(value: Any, n: int = 60) -> str:
+    text = repr(value) if not isinstance(value, str) else value
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def _value(text: Any) -> float:
+    if isinstance(text, bool):
+        return math.nan
     try:
         return float(text)
-    except ValueError:
+    except (TypeError, ValueError, OverflowError):
         return math.nan
 
 

@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 
 from analysis.quality import QualityPrompt, parse_prompts
+from collectors import http_client
 from collectors.loadgen.client import API_PATHS
 from collectors.redact import redact
 from errors import ConfigError
@@ -143,7 +144,7 @@ async def _ask(
     if resp.status_code != 200:
         return failed(f"HTTP {resp.status_code}: {resp.text}")
     try:
-        text = answer_text(api, resp.json())
+        text = answer_text(api, http_client.json_of(resp))
     except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
         return failed(f"unreadable response: {exc}")
     return ProbeAnswer(prompt.id, text, None, loop.time() - t0)

@@ -37,7 +37,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 import httpx
 
-from collectors import engine_metrics, gpu, prometheus
+from collectors import engine_metrics, gpu, http_client, prometheus
 from collectors.prometheus_text import Exposition, PrometheusTextError, labels_key, parse
 from collectors.row_sink import RowSink
 from errors import CollectorError, InputError
@@ -387,9 +387,11 @@ class Watcher:
         if self._stop_requested.is_set():
             self._stop.set()
         self.started_at = self._clock()
-        limits = httpx.Limits(max_connections=max(4, 2 * len(self.sources)))
-        async with httpx.AsyncClient(
-            transport=self._transport, timeout=self.timeout_s, limits=limits
+        async with http_client.async_client(
+            self.timeout_s,
+            max_bytes=http_client.MAX_METRICS_BYTES,
+            transport=self._transport,
+            max_connections=max(4, 2 * len(self.sources)),
         ) as client:
             tasks = [
                 asyncio.create_task(self._source_loop(s, client, self._stop), name=s.state.key)
@@ -679,7 +681,9 @@ def resolve_metrics_url(
     parts = urlsplit(endpoint if "://" in endpoint else "http://" + endpoint)
     url = urlunsplit((parts.scheme, parts.netloc, "/metrics", "", ""))
     try:
-        with httpx.Client(timeout=timeout_s, transport=transport) as client:
+        with http_client.sync_client(
+            timeout_s, max_bytes=http_client.MAX_METRICS_BYTES, transport=transport
+        ) as client:
             resp = client.get(url)
     except httpx.HTTPError:
         return None

@@ -24,6 +24,7 @@ from typing import Any
 
 import httpx
 
+from collectors import http_client
 from collectors.loadgen.http1 import request_prefix
 from collectors.loadgen.sse import StreamAccumulator
 from collectors.loadgen.transport import (
@@ -169,7 +170,7 @@ def error_text(status: int, raw: bytes, secrets: Iterable[str] = ()) -> str:
             msg = str(err.get("message") or err.get("detail") or err)
         else:
             msg = str(err)
-    except ValueError:
+    except (ValueError, RecursionError):
         msg = raw.decode("utf-8", "replace")
     msg = " ".join(redact(msg, secrets).split())[:300]
     return f"HTTP {status}: {msg}" if msg else f"HTTP {status}"
@@ -217,12 +218,10 @@ class HttpxEndpoint:
         elif creds is not None:  # the URL's user:password, sent as a header, never in a URL
             token = base64.b64encode(f"{creds[0]}:{creds[1]}".encode()).decode("ascii")
             headers["authorization"] = f"Basic {token}"
-        self.client = httpx.AsyncClient(
-            transport=self.transport,
-            timeout=httpx.Timeout(timeout_s),
-            headers=headers,
-            follow_redirects=False,
-        )
+        # Discovery and identification (``get_json``, ``endpoint_identity.identify``) go
+        # through a bounded client on the same transport: each answer within ``timeout_s`` in
+        # all and at most ``http_client.MAX_RESPONSE_BYTES`` (docs/reliability.md).
+        self.client = http_client.async_client(timeout_s, transport=self.transport, headers=headers)
         # The measured POSTs skip the client's per-request machinery (URL merging, cookies,
         # auth and redirect flows: ~0.3 ms a request, which at 256 synchronized streams piled
         # up into tens of ms of event-loop delay) and go to the transport as ready requests.
@@ -334,7 +333,7 @@ class HttpxEndpoint:
         if mime == "application/json" or mime.endswith("+json"):
             try:
                 obj = json.loads(raw)
-            except ValueError:
+            except (ValueError, RecursionError):
                 obj = None
             if isinstance(obj, dict) and isinstance(obj.get("choices"), list):
                 acc.non_streamed(raw)  # its usage and finish reason are kept on the row
@@ -349,7 +348,7 @@ class HttpxEndpoint:
     async def get_json(self, path: str) -> Any:
         response = await self.client.get(self.base + path + self.query)
         response.raise_for_status()
-        return response.json()
+        return http_client.json_of(response)
 
     async def aclose(self) -> None:
         await self.client.aclose()

@@ -54,7 +54,7 @@ from collectors.loadgen.prompts import DEFAULT_CALIBRATION, PROBE_WORDS, Calibra
 from collectors.loadgen.results import RunCollector
 from collectors.loadgen.shards import ShardCoordinator
 from collectors.loadgen.sse import StreamAccumulator
-from collectors.loadgen.traces import Trace
+from collectors.loadgen.traces import Trace, check_context
 from collectors.loadgen.transport import SendTiming
 from collectors.loadgen.worker import make_endpoint, raise_nofile_limit
 from collectors.loadgen.workloads import (
@@ -255,8 +255,8 @@ async def _discover(ep: HttpxEndpoint, cfg: BenchConfig) -> tuple[str, str | Non
                 hint=connect_hint(exc),
             ) from None
         listing, problem = None, ep.redact(f"{type(exc).__name__}: {exc}")
-    except ValueError:
-        listing, problem = None, "the answer is not JSON"
+    except ValueError as exc:  # json_of: deep nesting is a ValueError too
+        listing, problem = None, f"the answer is not JSON: {exc}"
     data = listing.get("data") if isinstance(listing, dict) else None
     models = [m for m in data or () if isinstance(m, dict) and isinstance(m.get("id"), str)]
     if cfg.model:
@@ -375,6 +375,9 @@ def prepare(
         try:
             model, owned_by = await _discover(ep, cfg)
             identity = await _identify(ep)
+            if trace is not None and identity.max_model_len:  # before anything is sent
+                where = f"{public_endpoint(cfg.endpoint)}/v1/models"
+                check_context(trace, identity.max_model_len, where)
             cal = DEFAULT_CALIBRATION
             if (workload is not None or trace is not None) and cfg.calibrate:
                 cal = await _probe(ep, cfg, model)

@@ -444,7 +444,7 @@ def _looks_like_object(payload: bytes) -> bool:
 def _is_object(raw: bytes) -> bool:
     try:
         return isinstance(json.loads(raw), dict)
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
 
 
@@ -453,7 +453,7 @@ def _loads(raw: bytes | None) -> Any:
         return None
     try:
         return json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
 
 

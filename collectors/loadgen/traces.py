@@ -19,6 +19,12 @@ the content (the CSV header or the first JSON line):
 The file is read once, in blocks (its SHA-256 over exactly the bytes parsed); rows without a
 usable time or lengths ≥ 1 (a failed BurstGPT request's 0 response tokens included) are skipped
 and counted, unless most rows are so (then the file is refused, naming its first bad line).
+
+Bounds (docs/traces.md, *Bounds*), each refusing the file before anything is sent, naming the
+line: a length above :data:`MAX_REQUEST_TOKENS`, a time beyond ±:data:`MAX_TRACE_TIME_S`, and a
+replay (after the window, the speed and the cut) longer than :data:`MAX_REPLAY_S`. Where the
+endpoint names its model's context, ``bench`` also refuses a trace with a request whose input and
+output do not fit it (:func:`check_context`).
 """
 
 from __future__ import annotations
@@ -51,6 +57,16 @@ ACCEPTED = "accepted: " + "; ".join(FORMAT_FORMS[f] for f in FORMATS)
 
 #: a file whose share of unusable rows is above this is refused (not a trace of this format)
 MAX_UNUSABLE_SHARE = 0.5
+#: the most tokens one request may ask for as input or as output, in a trace or a workload
+#: (``workloads.parse_length``): 2²¹, the longest context a served model documents (a trace row
+#: of 10¹² tokens grew bench past 3.4 GB synthesising its prompt)
+MAX_REQUEST_TOKENS = 2_097_152
+#: the furthest a row's time may be from 0, in seconds (Unix time in seconds until 2286; a
+#: timestamp of 1e308 s or a Mooncake one of ±1e18 ms made a replay that never ends)
+MAX_TRACE_TIME_S = 1e10
+#: the longest replay, in seconds after --trace-window, --trace-speed and --duration/--requests
+#: (31 days: the public traces span a day to a few months; cut or speed up a longer one)
+MAX_REPLAY_S = 31 * 86400.0
 
 _BLOCK = 1 << 20
 _AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -249,6 +265,8 @@ def _mooncake_row(line: str) -> tuple[float, int, int]:
         obj = json.loads(line)
     except json.JSONDecodeError as exc:
         raise _Unusable(f"not valid JSON ({exc.msg})") from None
+    except RecursionError:
+        raise _Unusable("not valid JSON (nested too deep to decode)") from None
     if not isinstance(obj, dict):
         raise _Unusable("not a JSON object")
     missing = [k for k in _MOONCAKE_KEYS if k not in obj]
@@ -261,6 +279,45 @@ def _mooncake_row(line: str) -> tuple[float, int, int]:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise _Unusable(f"{key} {value!r} is not a whole number of tokens ≥ 1")
     return ts / 1000.0, n_in, n_out
+
+
+def _out_of_bounds(
+    path: Path, number: int, fmt: str, t: float, n_in: int, n_out: int
+) -> InputError:
+    if n_in > MAX_REQUEST_TOKENS or n_out > MAX_REQUEST_TOKENS:
+        what = f"{max(n_in, n_out):,} {'input' if n_in >= n_out else 'output'} tokens"
+        limit = f"the {MAX_REQUEST_TOKENS:,} tokens a request may have"
+    else:
+        shown = f"{t * 1000:g} ms" if fmt == "mooncake" else f"{t:g} s"
+        what = f"the time {shown}"
+        limit = f"±{MAX_TRACE_TIME_S:g} s, the furthest a row's time may be"
+    return InputError(
+        f"trace {path}: line {number} asks for {what}, beyond {limit}",
+        hint="docs/traces.md, Bounds: lengths and times are bounded before anything is sent",
+    )
+
+
+def check_context(trace: Trace, max_model_len: int, where: str) -> None:
+    """``InputError`` when a request of ``trace`` asks for more tokens (input + output) than
+    ``max_model_len``, the context the endpoint ``where`` names for its model — refused before
+    anything is sent, rather than replayed as errors."""
+    if not trace.offsets or max_model_len < 1:
+        return
+    import numpy as np
+
+    total = np.asarray(trace.input_tokens, dtype=np.int64) + np.asarray(
+        trace.output_tokens, dtype=np.int64
+    )
+    over = total > max_model_len
+    if not over.any():
+        return
+    i = int(np.argmax(total))
+    raise InputError(
+        f"trace {trace.name}: {int(over.sum()):,} of {len(total):,} requests do not fit the "
+        f"{max_model_len:,}-token context {where} names (the largest: request {i + 1}, "
+        f"{trace.input_tokens[i]:,} input + {trace.output_tokens[i]:,} output tokens)",
+        hint="cut the trace with --trace-window, or replay it on a model with a longer context",
+    )
 
 
 def _blocks(path: Path, digest: Callable[[bytes], None]) -> Iterator[tuple[int, list[str]]]:
@@ -430,6 +487,7 @@ def _read_trace(
     c_t = c_in = c_out = 0
     time_of: Callable[[str], float] = float
     add_t, add_in, add_out = times.append, inputs.append, outputs.append
+    max_n, max_t = MAX_REQUEST_TOKENS, MAX_TRACE_TIME_S
     for before, lines in _blocks(p, digest.update):
         for offset, line in enumerate(lines, 1):
             if fast:
@@ -442,7 +500,7 @@ def _read_trace(
                 except (ValueError, IndexError):
                     pass
                 else:
-                    if n_in > 0 and n_out > 0 and t - t == 0:
+                    if 0 < n_in <= max_n and 0 < n_out <= max_n and -max_t <= t <= max_t:
                         rows += 1
                         add_t(t)
                         add_in(n_in)
@@ -469,6 +527,8 @@ def _read_trace(
                 if first_bad is None:
                     first_bad = (number, str(exc))
                 continue
+            if not (n_in <= max_n and n_out <= max_n and -max_t <= t <= max_t):
+                raise _out_of_bounds(p, number, found or "", t, n_in, n_out)
             add_t(t)
             add_in(n_in)
             add_out(n_out)
@@ -510,6 +570,14 @@ def _read_trace(
     n_inputs = tuple(np.frombuffer(inputs, dtype=np.int64)[picked].tolist())
     n_outputs = tuple(np.frombuffer(outputs, dtype=np.int64)[picked].tolist())
     offsets = tuple(replay[:keep].tolist())
+    if offsets and offsets[-1] > MAX_REPLAY_S:
+        raise InputError(
+            f"trace {p}: the replay would last {offsets[-1] / 86400:,.1f} days "
+            f"({len(offsets):,} requests), more than the {MAX_REPLAY_S / 86400:g} days a replay "
+            "may last",
+            hint="cut it with --trace-window START:END, --duration or --requests, or speed it "
+            "up with --trace-speed",
+        )
     return Trace(
         format=found,
         name=p.name,

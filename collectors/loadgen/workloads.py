@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from analysis import toml_input
 from collectors.loadgen.prompts import Calibration, synthesise
-from collectors.loadgen.traces import Trace
+from collectors.loadgen.traces import MAX_REQUEST_TOKENS, Trace
 from errors import ConfigError, InputError
 
 DISTS = ("lognormal", "normal", "uniform", "fixed", "histogram")
@@ -129,6 +130,12 @@ def _parse_histogram(value: Mapping[str, Any], *, where: str) -> Length:
                 hint="an open +Inf bucket must be closed at a stated finite maximum length; "
                 + accepted,
             )
+        if key == "edges" and any(x > MAX_REQUEST_TOKENS for x in out):
+            raise ConfigError(
+                f"{where}: histogram edge {max(out):g} is above the {MAX_REQUEST_TOKENS:,} "
+                "tokens a request may have",
+                hint=accepted,
+            )
         return out
 
     edges, weights = numbers("edges"), numbers("weights")
@@ -181,8 +188,10 @@ def parse_length(value: Any, *, where: str) -> Length:
     if isinstance(value, bool):
         raise ConfigError(f"{where}: expected a number of tokens or a distribution table")
     if isinstance(value, int | float):
-        if value < 1:
-            raise ConfigError(f"{where}: a length must be ≥ 1 token, got {value!r}")
+        if not 1 <= value <= MAX_REQUEST_TOKENS:  # NaN fails too
+            raise ConfigError(
+                f"{where}: a length must be ≥ 1 and ≤ {MAX_REQUEST_TOKENS:,} tokens, got {value!r}"
+            )
         return Length("fixed", float(value), 0.0, int(value), int(value))
     if not isinstance(value, Mapping):
         raise ConfigError(
@@ -205,6 +214,11 @@ def parse_length(value: Any, *, where: str) -> Length:
         v = value.get(key, default)
         if v is None or isinstance(v, bool) or not isinstance(v, int | float):
             raise ConfigError(f"{where}: {dist} needs a numeric {key!r}")
+        if not math.isfinite(v) or v > MAX_REQUEST_TOKENS:
+            raise ConfigError(
+                f"{where}: {key} {v!r} is not a length up to the {MAX_REQUEST_TOKENS:,} tokens "
+                "a request may have"
+            )
         return float(v)
 
     if dist == "fixed":
@@ -219,8 +233,8 @@ def parse_length(value: Any, *, where: str) -> Length:
     if dist == "uniform":
         return Length("uniform", (lo + hi) / 2, 0.0, lo, hi)
     mean, sd = num("mean"), num("sd", 0.0)
-    if mean <= 0 or sd < 0:
-        raise ConfigError(f"{where}: need mean > 0 and sd ≥ 0, got mean={mean}, sd={sd}")
+    if mean < 1 or sd < 0:  # a mean below a token also made sd / mean overflow
+        raise ConfigError(f"{where}: need mean ≥ 1 and sd ≥ 0, got mean={mean}, sd={sd}")
     return Length(dist, mean, sd, lo, hi)
 
 
@@ -370,7 +384,7 @@ def load_workload_file(path: str | Path) -> dict[str, Any]:
     except OSError as exc:
         raise InputError(f"workload file {p} cannot be read: {exc}") from None
     try:
-        doc = tomllib.loads(raw.decode("utf-8"))
+        doc = toml_input.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise InputError(
             f"workload file {p} is not valid TOML: {exc}", hint=WORKLOAD_FILE_FORMS

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from analysis import checklist
+from analysis import checklist, toml_input
 from errors import ConfigError, InputError
 from services.views import select
 from store import checklist as checklist_store
@@ -106,7 +106,7 @@ def load_file(store: Store, path: Path, *, edited_by: str | None = None) -> tupl
     """Store the ``[[scores]]`` and ``[[weight_presets]]`` of the TOML file ``path``: all
     validated first, then written in one transaction each. Returns (scores, presets)."""
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = toml_input.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise InputError(f"{path}: no such file") from exc
     except (OSError, UnicodeDecodeError) as exc:
@@ -124,6 +124,12 @@ def load_file(store: Store, path: Path, *, edited_by: str | None = None) -> tupl
         raise InputError(f"{path}: 'scores' and 'weight_presets' must be arrays of tables ([[…]])")
     if not raw_scores and not raw_presets:
         raise InputError(f"{path}: no [[scores]] or [[weight_presets]] entries")
+    for key, raw in (("scores", raw_scores), ("weight_presets", raw_presets)):
+        bad = next((i for i, e in enumerate(raw) if not isinstance(e, dict)), None)
+        if bad is not None:
+            raise InputError(
+                f"{path}: {key} entry {bad + 1} is {raw[bad]!r}; expected a table ([[{key}]])"
+            )
     try:
         scores = [score_entry(e) for e in raw_scores]
         presets = [preset_entry(e) for e in raw_presets]
@@ -147,10 +153,10 @@ def parse_weight(text: str) -> tuple[str, float]:
         weight = float(value)
     except ValueError:
         weight = float("nan")
-    if not sep or not name.strip() or not 0 <= weight < float("inf"):
+    if not sep or not name.strip() or not 0 <= weight <= checklist.MAX_WEIGHT:
         raise InputError(
-            f"--weight {text!r} is not CRITERION=WEIGHT with a finite weight ≥ 0 "
-            "(e.g. --weight scheduling=5 licence=1)"
+            f"--weight {text!r} is not CRITERION=WEIGHT with a weight from 0 to "
+            f"{checklist.MAX_WEIGHT:g} (e.g. --weight scheduling=5 licence=1)"
         )
     return name.strip(), weight
 

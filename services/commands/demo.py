@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from collectors import http_client
 from collectors.loadgen.config import BenchConfig
 from collectors.loadgen.runner import run_benchmark
 from errors import EndpointError
@@ -94,7 +95,7 @@ def running_sim(engine: DemoEngine, *, startup_timeout_s: float = 60.0) -> Itera
     )
     try:
         deadline = time.monotonic() + startup_timeout_s
-        with httpx.Client(timeout=2.0) as client:
+        with http_client.sync_client(2.0) as client:
             while True:
                 if proc.poll() is not None:
                     err = proc.stderr.read() if proc.stderr else ""

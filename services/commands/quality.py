@@ -32,6 +32,7 @@ from analysis.quality import (
     select_prompts,
     summarise,
 )
+from collectors import http_client
 from collectors.endpoint_identity import EndpointIdentity, identify
 from collectors.loadgen.client import API_PATHS, split_endpoint
 from collectors.loadgen.runner import api_key_from_env
@@ -148,19 +149,24 @@ def choose_prompts(
 
 def _client(key: str | None, auth: tuple[str, str] | None, timeout_s: float) -> httpx.AsyncClient:
     headers = {"Authorization": f"Bearer {key}"} if key else None
-    return httpx.AsyncClient(
-        timeout=timeout_s,
+    return http_client.async_client(
+        timeout_s,
         headers=headers,
         auth=httpx.BasicAuth(*auth) if auth and not key else None,
-        limits=httpx.Limits(max_connections=CONCURRENCY),
+        max_connections=CONCURRENCY,
     )
 
 
 async def _identify(
-    role: str, url: str, model: str | None, precision: str | None, key: str | None
+    role: str,
+    url: str,
+    model: str | None,
+    precision: str | None,
+    key: str | None,
+    timeout_s: float = IDENTIFY_TIMEOUT_S,
 ) -> Side:
     public, query, auth = split_endpoint(url)
-    async with _client(key, auth, IDENTIFY_TIMEOUT_S) as client:
+    async with _client(key, auth, min(timeout_s, IDENTIFY_TIMEOUT_S)) as client:
         try:
             identity = await identify(client, public, query)
         except EndpointError as exc:
@@ -267,10 +273,20 @@ def run(args: argparse.Namespace) -> int:
         # both finish before an error is raised: no request is cut off mid-way
         ref, cand = await asyncio.gather(
             _identify(
-                "reference", args.reference, args.reference_model, args.reference_precision, key
+                "reference",
+                args.reference,
+                args.reference_model,
+                args.reference_precision,
+                key,
+                args.timeout,
             ),
             _identify(
-                "candidate", args.candidate, args.candidate_model, args.candidate_precision, key
+                "candidate",
+                args.candidate,
+                args.candidate_model,
+                args.candidate_precision,
+                key,
+                args.timeout,
             ),
             return_exceptions=True,
         )

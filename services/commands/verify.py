@@ -107,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
     2 (a ServeScopeError, raised) when the endpoint or store cannot be used."""
     import httpx
 
+    from collectors import http_client
     from collectors.endpoint_checks import CheckResult, run_checks
     from collectors.endpoint_identity import EndpointIdentity, identify
     from collectors.loadgen.client import split_endpoint
@@ -127,11 +128,7 @@ def run(args: argparse.Namespace) -> int:
     verbose = bool(getattr(args, "details", False) or getattr(args, "verbose", False))
 
     def client() -> httpx.AsyncClient:
-        return httpx.AsyncClient(
-            timeout=httpx.Timeout(args.timeout, connect=min(args.timeout, 10.0)),
-            headers=headers,
-            follow_redirects=False,
-        )
+        return http_client.async_client(args.timeout, headers=headers)
 
     async def who() -> EndpointIdentity:
         async with client() as c:

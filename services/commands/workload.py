@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from analysis.length_mix import LengthDist, describe
+from collectors.loadgen.traces import MAX_REQUEST_TOKENS
 from collectors.loadgen.workloads import load_workload_file
 from errors import InputError
 from services.commands.bench import whole_number
@@ -125,6 +126,13 @@ def close_histogram(d: LengthDist, *, side: str, inf_max: int | None) -> Histogr
         edges.pop()
     if not counts:
         raise InputError(f"the {side} length histogram holds no request")
+    too_far = [e for e in edges if math.isfinite(e) and e > MAX_REQUEST_TOKENS]
+    if too_far:  # le="1e300" was written, then crashed bench with OverflowError
+        raise InputError(
+            f"the {side} length histogram has requests up to a bucket bound "
+            f'le="{too_far[0]:g}", above the {MAX_REQUEST_TOKENS:,} tokens a request may have',
+            hint="is it a histogram of token lengths? (docs/workloads.md)",
+        )
     last_finite = edges[-2] if len(edges) > 1 else 0.0
     if math.isinf(edges[-1]):
         n_inf = counts[-1]
@@ -134,9 +142,22 @@ def close_histogram(d: LengthDist, *, side: str, inf_max: int | None) -> Histogr
                     f"the {side} length histogram has only a +Inf bucket: no bound to close it at",
                     hint="give --inf-max TOKENS, the longest length to draw",
                 )
-            close = float(math.ceil(INF_CLOSE_FACTOR * last_finite))
+            close = float(min(math.ceil(INF_CLOSE_FACTOR * last_finite), MAX_REQUEST_TOKENS))
             how = f"default {INF_CLOSE_FACTOR:g} × the last finite bound"
+            if close <= last_finite:
+                raise InputError(
+                    f"the {side} length histogram's +Inf bucket holds requests above "
+                    f"{_num(last_finite)} tokens, the most a request may have",
+                )
+            if close == MAX_REQUEST_TOKENS:
+                how += f", at most {MAX_REQUEST_TOKENS:,}"
         else:
+            if inf_max > MAX_REQUEST_TOKENS:
+                raise InputError(
+                    f"--inf-max {inf_max} is above the {MAX_REQUEST_TOKENS:,} tokens a request "
+                    "may have",
+                    hint=f"give --inf-max up to {MAX_REQUEST_TOKENS:,}",
+                )
             if inf_max <= last_finite:
                 raise InputError(
                     f"--inf-max {inf_max} must be above the {side} histogram's last finite "

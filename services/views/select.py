@@ -17,7 +17,6 @@ scores nothing there (counted 0, and listed as missing).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
@@ -59,7 +58,7 @@ def format_weights(weights: Mapping[str, float]) -> str:
 
 def parse_weights(text: str | None) -> tuple[tuple[str, float], ...] | None:
     """The ``w`` URL parameter → sorted (criterion, weight) pairs; None when absent. A part
-    that is not ``name:number`` (finite, ≥ 0) is an InputError-free skip: a hand-edited URL
+    that is not ``name:number`` (0 to ``MAX_WEIGHT``) is an InputError-free skip: a hand-edited URL
     should not break the page, and the page shows the weights it used."""
     if not text:
         return None
@@ -70,7 +69,7 @@ def parse_weights(text: str | None) -> tuple[tuple[str, float], ...] | None:
             weight = float(value)
         except ValueError:
             continue
-        if sep and name.strip() and math.isfinite(weight) and weight >= 0:
+        if sep and name.strip() and 0 <= weight <= checklist.MAX_WEIGHT:  # NaN fails too
             out[name.strip()] = weight
     return tuple(sorted(out.items())) or None
 

@@ -81,6 +81,7 @@ def test_rank_prints_the_ranking_for_a_preset_and_must_haves(
         (["--weight", "latency=3"], "unknown criterion 'latency' in --weight; criteria: "),
         (["--weight", "scheduling"], "is not CRITERION=WEIGHT"),
         (["--weight", "scheduling=-1"], "is not CRITERION=WEIGHT"),
+        (["--weight", "scheduling=1e308"], "with a weight from 0 to 1000"),
         (["--must-have", "wings"], "unknown capability 'wings' in --must-have; tags: "),
         (["--model", "gpt-9"], "no model 'gpt-9' among the measured ones"),
     ],
@@ -126,6 +127,11 @@ def test_load_stores_scores_with_history_and_presets(
         (('must_have = ["prometheus_metrics"]', 'must_have = ["wings"]'), "'wings'"),
         (("[[scores]]", "[[scores]"), "not valid TOML"),
         (("[[weight_presets]]", "[[presets]]"), "unknown table(s) presets"),
+        # issue 24: absurd weights are refused where they enter, not crash the ranking later
+        (("scheduling = 3", "scheduling = 1e308"), "expected a number from 0 to 1000"),
+        (("scheduling = 3", "scheduling = nan"), "expected a number from 0 to 1000"),
+        (('tags = ["tensor_parallel"]', "tags = " + "[" * 1200 + "]" * 1200), "nested"),
+        (('tags = ["tensor_parallel"]', "tags = " + "[" * 40 + "]" * 40), "nested more than 32"),
     ],
 )
 def test_a_malformed_file_is_one_line_and_stores_nothing(
@@ -144,6 +150,44 @@ def test_a_malformed_file_is_one_line_and_stores_nothing(
     assert message in err and str(path) in err
     assert len(err.strip().splitlines()) <= 2  # the error, and a hint at most
     assert _state(db) == before
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("scores = [1, 2]", "scores entry 1 is 1; expected a table ([[scores]])"),
+        ('weight_presets = [{ name = "x", weights = { licence = 1 } }, "y"]', "entry 2 is 'y'"),
+        ("scores = [" + "[" * 1500 + "]" * 1500 + "]", "nested too deep"),
+    ],
+)
+def test_entries_that_are_not_tables_or_nest_too_deep_are_one_line(
+    db: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, message: str
+) -> None:
+    """Issue 24: these raised AttributeError / RecursionError tracebacks."""
+    before = _state(db)
+    path = tmp_path / "bad.toml"
+    path.write_text(text + "\n")
+    assert cli.main(["checklist", "load", str(path)]) == ExitCode.ERROR
+    err = capsys.readouterr().err
+    assert message in err and err.startswith("servescope: error: ")
+    assert "Traceback" not in err and len(err.strip().splitlines()) <= 2
+    assert _state(db) == before
+
+
+def test_a_weight_of_1e308_stored_before_the_bound_cannot_crash_the_ranking(
+    db: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The bound holds where stored presets are read too: the old row is refused by name."""
+    store = open_store(db)
+    try:
+        huge = {"scheduling": 1e308, "memory_management": 1e308}
+        checklist_store.save_preset(store, {"name": "huge", "weights": huge, "must_have": []})
+    finally:
+        store.dispose()
+    code = cli.main(["checklist", "rank", "--preset", "huge"])
+    err = capsys.readouterr().err
+    assert code == ExitCode.ERROR and "Traceback" not in err
+    assert "expected a number from 0 to 1000" in err
 
 
 def test_a_missing_file_is_one_line(db: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -5,6 +5,7 @@ quality evidence, and the validated writes (a score edit with its history, a pre
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -250,6 +251,19 @@ def test_a_user_preset_is_validated_and_then_offered(store: Store) -> None:
 def test_weights_in_the_url() -> None:
     assert parse_weights("b:2,a:0.5,bad,c:-1,d:x") == (("a", 0.5), ("b", 2.0))
     assert parse_weights("") is None and parse_weights("nonsense") is None
+    # issue 24: 1e308 overflowed the weighted sums (a traceback on /select); beyond the bound
+    # a weight is skipped like any other unusable part
+    assert parse_weights("scheduling:1e308,memory_management:1e308,licence:2") == (
+        ("licence", 2.0),
+    )
+    assert parse_weights("a:1000,b:1000.5,c:nan,d:inf") == (("a", 1000.0),)
+
+
+def test_absurd_url_weights_rank_without_a_traceback(store: Store) -> None:
+    weights = parse_weights("scheduling:1e308,memory_management:1e308")
+    view = select_view(store, SelectSelection(weights=weights))
+    assert view.ranking.rows  # the preset's weights, not a crash
+    assert all(math.isfinite(r.total) for r in view.ranking.rows)
 
 
 def test_every_weight_at_zero_is_a_message_not_an_error(store: Store) -> None:

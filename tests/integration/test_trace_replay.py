@@ -260,3 +260,84 @@ def test_bad_trace_exits_2_with_one_error_line(
     assert captured.out == ""
     assert server.stats()["requests"] == before  # not a single request sent
     assert not db.exists()  # the trace is read before the store is opened: nothing created
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        (
+            "AzureLLMInferenceTrace_conv.csv",
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+            "2023-11-16 18:15:46.6805900,1000000000000,44\n"
+            "2023-11-16 18:15:50.9951690,396,109\n",
+            "line 2 asks for 1,000,000,000,000 input tokens",
+        ),
+        (
+            "BurstGPT_1.csv",
+            "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+            "5,ChatGPT,472,18,490,Conversation log\n1e308,ChatGPT,10,18,28,API log\n",
+            "line 3 asks for the time 1e+308 s",
+        ),
+        (
+            "mooncake.jsonl",
+            '{"timestamp": 0, "input_length": 10, "output_length": 5}\n'
+            '{"timestamp": 1e18, "input_length": 10, "output_length": 5}\n',
+            "line 2 asks for the time 1e+18 ms",
+        ),
+    ],
+)
+def test_a_trace_beyond_the_bounds_exits_2_before_anything_is_sent(
+    server: MockServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    name: str,
+    content: str,
+    message: str,
+) -> None:
+    """Issue 24: a 10¹²-token row grew bench past 3.4 GB; a 1e308 s or 1e18 ms time made a
+    replay that never ends. Now: one line naming the line, at once, nothing sent or stored."""
+    import time
+
+    path = tmp_path / name
+    path.write_text(content)
+    db = tmp_path / "bad.duckdb"
+    before = server.stats()["requests"]
+    t0 = time.monotonic()
+    argv = ["bench", "--endpoint", server.url, "--trace", str(path), "--db", f"duckdb:///{db}"]
+    code = cli.main([*argv, "--metrics-url", "off", "--no-gpu"])
+    assert time.monotonic() - t0 < 5.0
+    assert code == ExitCode.ERROR
+    captured = capsys.readouterr()
+    errors = [line for line in captured.err.splitlines() if line.startswith("servescope:")]
+    assert len(errors) == 1 and message in errors[0] and "Traceback" not in captured.err
+    assert server.stats()["requests"] == before
+    assert not db.exists()
+
+
+def test_a_trace_request_beyond_the_models_context_is_refused_before_sending(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The sim names its model's context (llama-3.1-8b: 131,072 tokens) in /v1/models."""
+    path = tmp_path / "BurstGPT_1.csv"
+    path.write_text(
+        "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+        "0,ChatGPT,64,16,80,API log\n0.5,ChatGPT,200000,16,200016,API log\n"
+    )
+    sim = start_in_thread(EngineConfig.from_names("H100-SXM-80GB", "llama-3.1-8b"), time_scale=50.0)
+    db = tmp_path / "ctx.duckdb"
+    try:
+        argv = ["bench", "--endpoint", sim.url, "--trace", str(path), "--db", f"duckdb:///{db}"]
+        code = cli.main([*argv, "--metrics-url", "off", "--no-gpu"])
+    finally:
+        sim.stop()
+    captured = capsys.readouterr()
+    assert code == ExitCode.ERROR
+    errors = [line for line in captured.err.splitlines() if line.startswith("servescope:")]
+    assert len(errors) == 1
+    assert "1 of 2 requests do not fit the 131,072-token context" in errors[0]
+    assert "request 2, 200,000 input + 16 output tokens" in errors[0]
+    store = open_store(f"duckdb:///{db}")
+    try:
+        assert store.read_df("select count(*) as n from runs").n[0] == 0
+    finally:
+        store.dispose()

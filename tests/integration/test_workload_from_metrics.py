@@ -285,9 +285,12 @@ def test_bench_refuses_a_bad_workload_file(tmp_path: Path) -> None:
     parser = argparse.ArgumentParser(prog="servescope")
     sub = parser.add_subparsers(dest="command", required=True)
     bench.register(sub)
+    huge = tmp_path / "huge.toml"  # issue 24: written by from-metrics, then an OverflowError
+    huge.write_text(bad.read_text().replace("[0, 10, 5]", "[0, 10, 1e300]"), encoding="utf-8")
     for path, needle in (
         (bad, "strictly ascending"),
         (tmp_path / "absent.toml", "does not exist"),
+        (huge, "histogram edge 1e+300 is above the 2,097,152 tokens a request may have"),
     ):
         args = parser.parse_args([*argv, "--workload-file", str(path)])
         with pytest.raises(InputError) as err:

@@ -572,7 +572,8 @@ def test_criterion_entry_errors(entry: dict[str, Any], message: str) -> None:
     [
         ({"weights": {"scheduling": 0}}, "all weights are 0; give at least one criterion"),
         ({"weights": {}}, "'weights' is {}; expected a table of criterion = weight"),
-        ({"weights": {"scheduling": -2}}, "weight of 'scheduling' is -2; expected a finite"),
+        ({"weights": {"scheduling": -2}}, "weight of 'scheduling' is -2; expected a number from"),
+        ({"weights": {"scheduling": 1e308}}, "weight of 'scheduling' is 1e+308; expected a"),
         ({"weights": {"scheduling": float("nan")}}, "weight of 'scheduling' is nan"),
         ({"must_have": "paged_kv"}, "'must_have' is 'paged_kv'; expected a list of strings"),
     ],

@@ -306,3 +306,103 @@ def test_an_empty_window_says_the_trace_span(tmp_path: Path) -> None:
 def test_bad_arguments(tmp_path: Path, kwargs: dict[str, object], says: str) -> None:
     with pytest.raises(InputError, match=says):
         load_trace(write(tmp_path, "b.csv", BURSTGPT), **kwargs)  # type: ignore[arg-type]
+
+
+# --- bounds (issue 24, case 4) -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "says"),
+    [
+        (
+            "azure.csv",
+            AZURE_2023.replace(",374,44", ",1000000000000,44"),
+            "line 2 asks for 1,000,000,000,000 input tokens, beyond the 2,097,152 tokens",
+        ),
+        (
+            "azure-out.csv",
+            AZURE_2023.replace(",396,109", ",396,3000000"),
+            "line 3 asks for 3,000,000 output tokens",
+        ),
+        (
+            "azure-year.csv",
+            AZURE_2023.replace("2023-11-16 18:15:51.2224670", "9999-11-16 18:15:51.2224670"),
+            "line 4 asks for the time",
+        ),
+        (
+            "burst.csv",
+            BURSTGPT.replace("110.5,GPT-4", "1e308,GPT-4"),
+            "line 4 asks for the time 1e+308 s",
+        ),
+        (
+            "moon.jsonl",
+            jsonl([*MOONCAKE[:2], {**MOONCAKE[2], "timestamp": 1e18}]),
+            "line 3 asks for the time 1e+18 ms, beyond ±1e+10 s",
+        ),
+        (
+            "moon-neg.jsonl",
+            jsonl([{**MOONCAKE[0], "timestamp": -1e18}, *MOONCAKE[1:]]),
+            "line 1 asks for the time -1e+18 ms",
+        ),
+    ],
+)
+def test_a_length_or_time_beyond_the_bounds_refuses_the_file_naming_the_line(
+    tmp_path: Path, name: str, text: str, says: str
+) -> None:
+    p = write(tmp_path, name, text)
+    with pytest.raises(InputError) as exc:
+        load_trace(p)
+    assert says in str(exc.value) and str(p) in str(exc.value)
+
+
+def test_the_fast_path_refuses_a_huge_length_too(tmp_path: Path) -> None:
+    rows = "".join(f"{i},ChatGPT,100,10,110,API log\n" for i in range(2000))
+    big = BURSTGPT.splitlines()[0] + "\n" + rows + "2001,ChatGPT,5000000,10,0,API log\n"
+    with pytest.raises(InputError, match="line 2002 asks for 5,000,000 input tokens"):
+        load_trace(write(tmp_path, "b.csv", big))
+
+
+def test_a_replay_longer_than_the_bound_is_refused_unless_cut_or_sped_up(tmp_path: Path) -> None:
+    from collectors.loadgen.traces import MAX_REPLAY_S
+
+    forty_days = 40 * 86400
+    text = (
+        BURSTGPT.splitlines()[0]
+        + "\n"
+        + f"0,ChatGPT,10,5,15,API log\n{forty_days},ChatGPT,10,5,15,API log\n"
+    )
+    p = write(tmp_path, "long.csv", text)
+    with pytest.raises(
+        InputError, match=r"the replay would last 40\.0 days .* more than the 31 days"
+    ):
+        load_trace(p)
+    assert load_trace(p, speed=2).span_s == forty_days / 2 <= MAX_REPLAY_S
+    assert len(load_trace(p, window=(0, 86400))) == 1
+    assert len(load_trace(p, requests=1)) == 1
+
+
+def test_mooncake_json_nested_too_deep_is_an_unusable_row(tmp_path: Path) -> None:
+    deep = "[" * 5000 + "]" * 5000 + "\n"
+    p = write(tmp_path, "m.jsonl", jsonl(MOONCAKE) + deep)
+    trace = load_trace(p)
+    assert len(trace) == 3 and trace.rows_unusable == 1
+    only = write(
+        tmp_path,
+        "deep.jsonl",
+        '{"timestamp": 1, "input_length": 2, "output_length": 3}\n' + deep * 2,
+    )
+    with pytest.raises(InputError, match="not valid JSON \\(nested too deep to decode\\)"):
+        load_trace(only)
+
+
+def test_a_request_beyond_the_models_context_is_refused(tmp_path: Path) -> None:
+    from collectors.loadgen.traces import check_context
+
+    trace = load_trace(write(tmp_path, "m.jsonl", jsonl(MOONCAKE)))
+    check_context(trace, 7007, "here")  # 6955 + 52: fits exactly
+    with pytest.raises(InputError) as exc:
+        check_context(trace, 7006, "http://x/v1/models")
+    assert str(exc.value).startswith(
+        "trace m.jsonl: 1 of 3 requests do not fit the 7,006-token context http://x/v1/models "
+        "names (the largest: request 1, 6,955 input + 52 output tokens)"
+    )
