@@ -26,8 +26,9 @@ with a ``note`` saying why.
 A histogram that cannot be read is said so, never passed off as an empty window: a target whose
 scrapes spanning the window hold a negative or non-finite count (``NOTE_INVALID``; the target
 is left out of the sum and the window has no percentiles), or a window whose ``_count`` moved
-while its buckets give no percentile (no ``+Inf`` bucket, or buckets that counted nothing:
-``NOTE_UNUSABLE_BUCKETS``). ``unreadable(note)`` tells these notes from an empty window's.
+while its buckets give no percentile (no ``+Inf`` bucket, or buckets that counted nothing), or
+whose ``_sum`` moved while nothing was counted (NaN counts: ``NOTE_UNUSABLE_BUCKETS``).
+``unreadable(note)`` tells these notes from an empty window's.
 """
 
 from __future__ import annotations
@@ -272,6 +273,8 @@ def summed_histogram_windows(
             rec["note"] = f"{NOTE_INVALID} ({shown})"
         elif contributing == 0:
             rec["note"] = NOTE_NO_SCRAPE
+        elif count <= 0 and has_sum and total > 0:  # NaN counts dropped at scrape
+            rec["note"] = f"{NOTE_UNUSABLE_BUCKETS} (_sum moved by {total:g}, no request counted)"
         elif count <= 0:
             rec["note"] = NOTE_NO_REQUESTS
         elif not pairs:

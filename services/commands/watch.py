@@ -334,9 +334,9 @@ def _unjudged_over(monitor: BreachMonitor) -> dict[str, int]:
     return {t: n for t, n in monitor.unjudged.items() if n >= UNJUDGED_LIMIT}
 
 
-def _backfill(sink: RowSink, args: argparse.Namespace, now: float) -> float:
+def _backfill(sink: RowSink, args: argparse.Namespace, now: float) -> tuple[float, int]:
     """``--since``: fetch [now − since, now] from Prometheus into ``sink``; returns where the
-    live range queries go on (one step after the last one fetched)."""
+    live range queries go on (one step after the last one fetched) and the rows handed over."""
     step = max(args.interval, 1.0)
     start = now - args.since
     got = prometheus.import_window(
@@ -349,7 +349,7 @@ def _backfill(sink: RowSink, args: argparse.Namespace, now: float) -> float:
         file=sys.stderr,
         flush=True,
     )
-    return start + (math.floor((now - start) / step) + 1) * step
+    return start + (math.floor((now - start) / step) + 1) * step, rows
 
 
 def run(args: argparse.Namespace) -> int:
@@ -417,6 +417,7 @@ def run(args: argparse.Namespace) -> int:
         if args.fail_on_breach and stop:
             w.request_stop()
 
+    backfilled = 0
     compactor = None
     if compacting:
         compactor = Compactor(
@@ -428,7 +429,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         prometheus_start = None
         if args.since is not None:
-            prometheus_start = _backfill(sink, args, time.time())
+            prometheus_start, backfilled = _backfill(sink, args, time.time())
         spec = watch.SourceSpec(
             metrics_urls=args.metrics,
             dcgm_urls=args.dcgm,
@@ -455,7 +456,8 @@ def run(args: argparse.Namespace) -> int:
         writer.close()
         printer.end()
         store.dispose()
-    added = sum(watcher.rows_added.values())
+    # the history's rows went to the writer before the watcher started: count them too
+    added = sum(watcher.rows_added.values()) + backfilled
     errors = sum(s.errors for s in watcher.states)
     print(
         f"stored {writer.rows_written:,} of {added:,} rows"

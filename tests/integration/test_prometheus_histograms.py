@@ -298,6 +298,10 @@ def test_watch_since_judges_the_history(
         r"SLO 'interactive-chat': (\d+) window\(s\) of 1 target\(s\) judged", proc.stderr
     )
     assert judged is not None and int(judged.group(1)) >= 10, proc.stderr
+    # the history's rows are counted among those added (before: "stored 672 of 0 rows")
+    stored = re.search(r"^stored ([\d,]+) of ([\d,]+) rows", proc.stderr, re.M)
+    assert stored is not None, proc.stderr
+    assert stored.group(1) == stored.group(2) != "0", stored.group(0)
     # as a canary over the history: stops at the first breach instead of watching 60 s live
     started = time.monotonic()
     canary = subprocess.run(

@@ -143,6 +143,18 @@ def test_a_window_of_garbage_buckets_cannot_be_judged_and_is_not_passed(
     assert out["unjudged"].iloc[1].startswith(f"P99 TTFT: {note}")
 
 
+def test_a_sum_that_moved_with_nothing_counted_cannot_be_judged() -> None:
+    # NaN _count and buckets are dropped when scraped: only _sum moves
+    rows = pd.DataFrame(
+        [("a", 0.0, "ttft_seconds_sum", 0.0), ("a", 10.0, "ttft_seconds_sum", 5.0)],
+        columns=["target", "ts", "metric", "value"],
+    )
+    windows = hw.summed_histogram_windows(rows, "ttft_seconds", window_s=10.0, start=0.0, end=10.0)
+    assert windows["note"].iloc[0].startswith(hw.NOTE_UNUSABLE_BUCKETS)
+    out = window_breaches({"ttft_seconds": windows}, SloProfile("p", 99.0, ttft_ms=1000.0))
+    assert list(out["judged"]) == [False] and list(out["breach"]) == [False]
+
+
 def test_a_percentile_in_the_inf_bucket_below_the_limit_cannot_be_judged() -> None:
     windows = _garbage_windows({0.5: 100.0, 1.0: 100.0, 5.0: 100.0, INF: 200.0}, 200.0)
     out = window_breaches({"ttft_seconds": windows}, SloProfile("p", 99.0, ttft_ms=10_000.0))
