@@ -445,7 +445,7 @@ def run(args: argparse.Namespace) -> int:
             interval_s=args.interval,
             duration_s=args.duration,
             on_status=printer,
-            on_notes=lambda note: print(note, file=out, flush=True),
+            on_notes=lambda note: print(printable(note), file=out, flush=True),
             on_watcher=on_watcher,
         )
     finally:
