@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from analysis.printable import PrintableFormatter
 from errors import ExitCode, ServeScopeError
 
 if TYPE_CHECKING:
@@ -105,10 +106,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` (default: the process's), run the command, return its exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    # label values and server texts reach log messages: one line each, escaped
+    handler = logging.StreamHandler()
+    handler.setFormatter(PrintableFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, handlers=[handler])
     previous: dict[signal.Signals, Any] = {}
     for sig in (signal.SIGTERM, signal.SIGHUP):
         with contextlib.suppress(ValueError):  # main() called off the main thread (tests)

@@ -22,6 +22,13 @@ A window is (w0, w0 + window_s]. Its baseline is a target's last scrape at or be
 target with no scrape at or before w0 (it appeared inside the window) takes its first scrape in
 the window as baseline (no extrapolation). An empty window has count 0 and NaN percentiles,
 with a ``note`` saying why.
+
+A histogram that cannot be read is said so, never passed off as an empty window: a target whose
+scrapes spanning the window hold a negative or non-finite count (``NOTE_INVALID``; the target
+is left out of the sum and the window has no percentiles), or a window whose ``_count`` moved
+while its buckets give no percentile (no ``+Inf`` bucket, or buckets that counted nothing), or
+whose ``_sum`` moved while nothing was counted (NaN counts: ``NOTE_UNUSABLE_BUCKETS``).
+``unreadable(note)`` tells these notes from an empty window's.
 """
 
 from __future__ import annotations
@@ -38,7 +45,15 @@ from analysis.engine_series import counter_increase, histogram_quantile, parse_b
 
 NOTE_NO_SCRAPE = "no scrape in this window"
 NOTE_NO_REQUESTS = "no request finished in this window"
-NOTE_NO_BUCKETS = "no buckets exported: mean only"
+NOTE_NO_BUCKETS = "no buckets exported (missing or NaN): mean only"
+NOTE_INVALID = "negative or non-finite counts exported"
+NOTE_UNUSABLE_BUCKETS = "requests finished but the buckets give no percentile"
+
+
+def unreadable(note: str) -> bool:
+    """True for a window ``note`` saying the histogram could not be read (garbage, or requests
+    counted without usable buckets), as opposed to a window in which nothing finished."""
+    return note.startswith((NOTE_INVALID, NOTE_UNUSABLE_BUCKETS, NOTE_NO_BUCKETS))
 
 
 @dataclass(frozen=True)
@@ -129,6 +144,18 @@ def _window_increase(wide: pd.DataFrame, w0: float, w1: float) -> pd.Series | No
     return part.apply(lambda col: counter_increase(col.to_numpy(dtype="float64")), axis=0)
 
 
+def _invalid_columns(wide: pd.DataFrame, w0: float, w1: float) -> list[str]:
+    """The columns of one target holding a negative or infinite count in the scrapes that
+    span (w0, w1] (a cumulative count is finite and never below 0; NaN is never stored)."""
+    span = _window_span(wide.index.to_numpy(dtype="float64"), w0, w1)
+    if span is None:
+        return []
+    part = wide.iloc[span[0] : span[1] + 1].to_numpy(dtype="float64")
+    with np.errstate(invalid="ignore"):
+        bad = (part < 0) | np.isinf(part)
+    return [str(c) for c, b in zip(wide.columns, bad.any(axis=0), strict=True) if b]
+
+
 @dataclass(frozen=True)
 class _Summed:
     """One window's increases summed over targets."""
@@ -138,6 +165,7 @@ class _Summed:
     total: float  # increase of _sum
     has_sum: bool
     targets: int  # how many targets had two scrapes spanning the window
+    invalid: tuple[str, ...] = ()  # the series holding negative or infinite counts, if any
 
 
 def _summed_increase(wides: Iterable[pd.DataFrame], hist: str, w0: float, w1: float) -> _Summed:
@@ -148,7 +176,12 @@ def _summed_increase(wides: Iterable[pd.DataFrame], hist: str, w0: float, w1: fl
     count = total = 0.0
     has_sum = False
     contributing = 0
+    invalid: list[str] = []
     for wide in wides:
+        bad = _invalid_columns(wide, w0, w1)
+        if bad:  # garbage: left out of the sum, and the window says so
+            invalid.extend(bad)
+            continue
         inc = _window_increase(wide, w0, w1)
         if inc is None:
             continue
@@ -167,7 +200,7 @@ def _summed_increase(wides: Iterable[pd.DataFrame], hist: str, w0: float, w1: fl
         if sum_col in inc.index and not math.isnan(inc[sum_col]):
             total += float(inc[sum_col])
             has_sum = True
-    return _Summed(buckets, count, total, has_sum, contributing)
+    return _Summed(buckets, count, total, has_sum, contributing, tuple(invalid))
 
 
 def summed_histogram_windows(
@@ -222,19 +255,36 @@ def summed_histogram_windows(
             "mean": total / count if count > 0 and has_sum else math.nan,
         }
         pairs = sorted(buckets.items())
+        # the +Inf bucket counts every request: when it did not move, the buckets say nothing
+        readable = count > 0 and bool(pairs) and buckets.get(math.inf, 0.0) > 0
         for q, col in zip(quantiles, qcols, strict=True):
-            value = histogram_quantile(q, pairs) if count > 0 and pairs else None
-            bounds = quantile_bucket(q, pairs) if count > 0 and pairs else None
+            value = histogram_quantile(q, pairs) if readable else None
+            bounds = quantile_bucket(q, pairs) if readable else None
             rec[col] = math.nan if value is None else value
             rec[f"{col}_lower"] = math.nan if bounds is None else bounds.lower
             rec[f"{col}_upper"] = math.nan if bounds is None else bounds.upper
             rec[f"{col}_precision"] = "" if bounds is None else precision_phrase(q, bounds, unit)
-        if contributing == 0:
+        if summed.invalid:
+            for col in qcols:  # no percentile from the targets that remain: it is not the model's
+                rec[col] = rec[f"{col}_lower"] = rec[f"{col}_upper"] = math.nan
+                rec[f"{col}_precision"] = ""
+            rec["mean"] = math.nan
+            shown = ", ".join(sorted(set(summed.invalid))[:3])
+            rec["note"] = f"{NOTE_INVALID} ({shown})"
+        elif contributing == 0:
             rec["note"] = NOTE_NO_SCRAPE
+        elif count <= 0 and has_sum and total > 0:  # NaN counts dropped at scrape
+            rec["note"] = f"{NOTE_UNUSABLE_BUCKETS} (_sum moved by {total:g}, no request counted)"
         elif count <= 0:
             rec["note"] = NOTE_NO_REQUESTS
         elif not pairs:
             rec["note"] = NOTE_NO_BUCKETS
+        elif not readable:
+            rec["note"] = (
+                f"{NOTE_UNUSABLE_BUCKETS} ({count:g} counted; the buckets hold "
+                + (f"{buckets[math.inf]:g} in +Inf" if math.inf in buckets else "no +Inf bucket")
+                + ")"
+            )
         else:
             rec["note"] = ""
         out.append(rec)

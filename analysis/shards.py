@@ -11,6 +11,12 @@ still starts with the others. Latencies are differences on one host's clock and 
 only the absolute instants of a host's rows are shifted by its clock's error, which is recorded
 and warned about above ``CLOCK_WARN_MS``.
 
+One load. Every host of a group must send the same load — workload (or the workload file's
+hash, the dataset, the trace's sha256), the load level, requests or duration, max tokens, EOS,
+arrival and burstiness, seed, API and the endpoint's model (``LOAD_FIELDS``): a host whose run
+row differs from the group's first host's (``load_mismatches``) is refused before it sends
+anything, so one run never mixes two loads under one label.
+
 Merge. The run row is computed over every host's share (never the last writer's): the start is
 the earliest host's, the end the latest's (both moved onto the database's clock), counts add up,
 the client-bound verdict holds when any host was client-bound (each host's reason named), and a
@@ -19,6 +25,7 @@ run missing any host's share (a host failed, was lost or was stopped) ends ``int
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -269,3 +276,80 @@ def merge_shares(
         "tool_summary": totals,
         "notes_lines": notes,
     }
+
+
+# --- one load for every host -----------------------------------------------------------------
+
+#: What defines a sharded run's load, each as the flag that sets it: every host of one group must
+#: give the same (``load_mismatches``), else the merged run would mix loads under one label.
+LOAD_FIELDS: Final[tuple[tuple[str, str], ...]] = (
+    ("workload", "--workload"),
+    ("workload_sha256", "the workload file's content"),
+    ("dataset", "--dataset"),
+    ("trace", "--trace (its sha256)"),
+    ("load", "the load (--concurrency/--rate)"),
+    ("requests", "--requests"),
+    ("duration_s", "--duration"),
+    ("max_tokens", "--max-tokens"),
+    ("ignore_eos", "--ignore-eos"),
+    ("arrival", "--arrival"),
+    ("burstiness", "--burstiness"),
+    ("seed", "--seed"),
+    ("api", "--api"),
+    ("model", "the endpoint's model"),
+)
+
+
+def _params(run: Mapping[str, Any]) -> Mapping[str, Any]:
+    raw = run.get("client_params")
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            return {}
+    return raw if isinstance(raw, Mapping) else {}
+
+
+def load_definition(run: Mapping[str, Any]) -> dict[str, Any]:
+    """The load a sharded run's row says it sends (:data:`LOAD_FIELDS`), from its columns and its
+    ``client_params`` (a dict or its JSON); a trace by its content's sha256."""
+    params = _params(run)
+    trace = params.get("trace")
+    return {
+        "workload": params.get("workload") or run.get("workload"),
+        "workload_sha256": params.get("workload_sha256"),
+        "dataset": params.get("dataset"),
+        "trace": trace.get("sha256") if isinstance(trace, Mapping) else trace,
+        "load": params.get("load"),
+        "requests": params.get("requests"),
+        "duration_s": params.get("duration_s"),
+        "max_tokens": params.get("max_tokens"),
+        "ignore_eos": params.get("ignore_eos"),
+        "arrival": params.get("arrival") or run.get("arrival"),
+        "burstiness": params.get("burstiness"),
+        "seed": params.get("seed"),
+        "api": params.get("api") or run.get("api"),
+        "model": run.get("model"),
+    }
+
+
+def _shown(key: str, value: Any) -> str:
+    if value is None:
+        return "none"
+    if key == "load" and isinstance(value, Mapping):
+        return f"{value.get('kind')} {value.get('value')}"
+    if key == "trace" and isinstance(value, str):
+        return value[:12]
+    return str(value)
+
+
+def load_mismatches(first: Mapping[str, Any], mine: Mapping[str, Any]) -> list[str]:
+    """How this host's run row (``mine``) defines a different load than the group's first host's
+    (``first``), one phrase per differing field of :data:`LOAD_FIELDS` (``--max-tokens 64 here,
+    8 on the first host``); empty when they agree."""
+    a, b = load_definition(first), load_definition(mine)
+    return [
+        f"{flag} {_shown(key, b[key])} here, {_shown(key, a[key])} on the first host"
+        for key, flag in LOAD_FIELDS
+        if a[key] != b[key]
+    ]

@@ -13,6 +13,11 @@ the profile's limits, and its error rate against ``max_error_rate``.
 - A percentile in the ``+Inf`` bucket is the highest finite bound (Prometheus' answer), a lower
   bound on the truth; when that bound already exceeds the limit the window breaches, when it
   does not the breach is undecidable and the window is *not* marked (the reason says so).
+- A window that **cannot be judged** is said so (``judged`` False, ``unjudged`` the why), never
+  counted as met: a judged histogram whose window holds negative or non-finite counts, or whose
+  ``_count`` moved while its buckets give no percentile
+  (``analysis.histogram_windows.unreadable``), and a percentile in the ``+Inf`` bucket that
+  cannot be told against its limit. A breach found in a field that could be read stands.
 - Per-request TPOT is not judged: engines export inter-token latency, a per-token
   distribution, not the per-request mean the profile's ``tpot_ms`` bounds.
 """
@@ -26,6 +31,7 @@ from typing import Final
 import pandas as pd
 
 from analysis.engine_series import quantile_name
+from analysis.histogram_windows import unreadable
 from analysis.slo import SloProfile
 
 #: The profile fields judged on windows and the histogram each is read from.
@@ -67,7 +73,9 @@ def window_breaches(
     """One row per window of ``windows`` (hist → ``summed_histogram_windows`` frame, all on one
     grid): window_start, window_end, breach, then per judged field ``<field>_value_ms``,
     ``<field>_limit_ms``, ``<field>_breach``; ``error_rate``, ``error_limit``, ``error_breach``
-    when ``requests`` (``request_rate_windows``) is given; and ``reason`` (empty when none).
+    when ``requests`` (``request_rate_windows``) is given; ``reason`` (empty when none);
+    ``judged`` (False when a judged histogram could not be read in that window) and
+    ``unjudged`` (why not; empty when judged).
 
     Raises ValueError when the profile's percentile has no column in the windows (compute them
     with that quantile).
@@ -90,12 +98,13 @@ def window_breaches(
         columns += [f"{f}_value_ms", f"{f}_limit_ms", f"{f}_breach"]
     if requests is not None:
         columns += ["error_rate", "error_limit", "error_breach"]
-    columns.append("reason")
+    columns += ["reason", "judged", "unjudged"]
     if grid is None:
         return pd.DataFrame({c: pd.Series(dtype="float64") for c in columns})
     n = len(grid)
     out = grid.copy()
     reasons: list[list[str]] = [[] for _ in range(n)]
+    unjudged: list[list[str]] = [[] for _ in range(n)]
     breach = [False] * n
     prompt = windows.get(PROMPT_HIST)
     prompt_means = (
@@ -111,6 +120,7 @@ def window_breaches(
         counts: list[float] = [0.0] * n
         uppers: list[float] = [math.nan] * n
         phrases: list[str] = [""] * n
+        notes: list[str] = [""] * n
         if frame is not None and not frame.empty:
             if col not in frame.columns:
                 raise ValueError(
@@ -122,17 +132,21 @@ def window_breaches(
             counts = [float(c) if not pd.isna(c) else 0.0 for c in wf["count"]]
             uppers = [float(v) for v in wf[f"{col}_upper"].to_numpy(dtype="float64")]
             phrases = [str(p) if isinstance(p, str) else "" for p in wf[f"{col}_precision"]]
+            if "note" in wf.columns:
+                notes = [str(x) if isinstance(x, str) else "" for x in wf["note"]]
         limits, how = _limits(field, profile, prompt_means, n)
         flags: list[bool] = []
+        label = f"P{profile.percentile:g} {_LABELS[field]}"
         for i in range(n):
             value, limit = values[i], limits[i]
+            if limit is not None and unreadable(notes[i]):
+                unjudged[i].append(f"{label}: {notes[i]}")
             hit = bool(
                 limit is not None and counts[i] > 0 and not math.isnan(value) and value > limit
             )
             flags.append(hit)
             if hit:
                 breach[i] = True
-                label = f"P{profile.percentile:g} {_LABELS[field]}"
                 inside = f" ({phrases[i]})" if phrases[i] else ""
                 reasons[i].append(
                     f"{label} {_seconds(value)} > {_seconds(float(limit or 0))}{how}{inside}"
@@ -144,10 +158,12 @@ def window_breaches(
                 and not math.isnan(value)
                 and value <= limit
             ):
-                reasons[i].append(
-                    f"P{profile.percentile:g} {_LABELS[field]} in the +Inf bucket above "
-                    f"{_seconds(value)}: cannot tell against {_seconds(float(limit))}"
+                phrase = (
+                    f"{label} in the +Inf bucket above {_seconds(value)}: cannot tell against "
+                    f"{_seconds(float(limit))}"
                 )
+                reasons[i].append(phrase)
+                unjudged[i].append(phrase)
         out[f"{field}_value_ms"] = values
         out[f"{field}_limit_ms"] = [math.nan if x is None else float(x) for x in limits]
         out[f"{field}_breach"] = flags
@@ -181,4 +197,6 @@ def window_breaches(
         out["error_breach"] = eflags
     out["breach"] = breach
     out["reason"] = ["; ".join(r) for r in reasons]
+    out["judged"] = [not u for u in unjudged]
+    out["unjudged"] = ["; ".join(u) for u in unjudged]
     return out[columns]

@@ -22,6 +22,12 @@ is judged once a scrape of that target at or after its end arrived, with
 before its first scrape, so it measures from that first scrape (nothing is extrapolated); the
 window in progress when the watch stops is not judged. A target that exports neither
 histogram (llama.cpp, Triton) is not judged.
+
+A window whose histograms cannot be read (negative or non-finite counts, requests counted
+without usable buckets, a percentile in the ``+Inf`` bucket that cannot be told against its
+limit: ``window_breaches``' ``judged`` False) is *not* a judged window: it is counted per target
+in ``unjudged`` and handed to ``on_unjudged``, never passed off as a window that met the
+profile. A canary gives up on a target after :data:`UNJUDGED_LIMIT` such windows.
 """
 
 from __future__ import annotations
@@ -58,6 +64,25 @@ class Breach:
     row: Mapping[str, Any]
 
 
+@dataclass(frozen=True)
+class Unjudged:
+    """One window of one target that could not be judged, and why."""
+
+    target: str
+    engine: str | None
+    window_start: float
+    window_end: float
+    #: ``window_breaches``' ``unjudged``: ``P99 TTFT: negative or non-finite counts exported (…)``
+    reason: str
+    #: how many windows of this target could not be judged so far, this one included
+    count: int
+
+
+#: Windows of one target that could not be judged before ``watch --fail-on-breach`` fails
+#: (docs/watch.md): a canary that cannot judge its traffic must not pass.
+UNJUDGED_LIMIT = 3
+
+
 @dataclass
 class _Target:
     engine: str | None
@@ -87,6 +112,7 @@ class BreachMonitor:
         window_s: float,
         on_breach: Callable[[Breach], None],
         on_window: Callable[[str, pd.DataFrame], None] | None = None,
+        on_unjudged: Callable[[Unjudged], None] | None = None,
     ) -> None:
         if not window_s > 0 or not math.isfinite(window_s):
             raise ValueError(f"window_s must be > 0 seconds, got {window_s!r}")
@@ -94,6 +120,7 @@ class BreachMonitor:
         self.window_s = float(window_s)
         self.on_breach = on_breach
         self.on_window = on_window
+        self.on_unjudged = on_unjudged
         self.hists = _hists_for(profile)
         self._prefixes = tuple(h + "_" for h in self.hists)
         self._raw_names = frozenset(histogram_windows.finished_series_names())
@@ -101,6 +128,8 @@ class BreachMonitor:
         #: the targets at least one window of which was judged
         self.judged_targets: set[str] = set()
         self.breaches = 0
+        #: per target, the windows that could not be judged
+        self.unjudged: dict[str, int] = {}
         self.errors = 0
         self._targets: dict[str, _Target] = {}
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -232,12 +261,26 @@ class BreachMonitor:
                 end=half,
             )
         verdict = slo_windows.window_breaches(windows, self.profile, requests)
-        self.windows_judged += len(verdict)
-        if len(verdict):
-            self.judged_targets.add(target)
         if self.on_window is not None:
             self.on_window(target, verdict)
         for rec in verdict.to_dict("records"):
+            judged = bool(rec.get("judged", True))
+            if judged or bool(rec.get("breach")):  # a breach read in one field stands
+                self.windows_judged += 1
+                self.judged_targets.add(target)
+            if not judged and not bool(rec.get("breach")):
+                self.unjudged[target] = self.unjudged.get(target, 0) + 1
+                if self.on_unjudged is not None:
+                    self.on_unjudged(
+                        Unjudged(
+                            target=target,
+                            engine=state.engine,
+                            window_start=float(rec["window_start"]),
+                            window_end=float(rec["window_end"]),
+                            reason=str(rec.get("unjudged", "")),
+                            count=self.unjudged[target],
+                        )
+                    )
             if bool(rec.get("breach")):
                 self.breaches += 1
                 self.on_breach(

@@ -37,6 +37,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 import httpx
 
+from analysis.printable import printable
 from collectors import engine_metrics, gpu, http_client, prometheus
 from collectors.prometheus_text import Exposition, PrometheusTextError, labels_key, parse
 from collectors.row_sink import RowSink
@@ -432,7 +433,7 @@ class Watcher:
             parts.append(f"{gpus} GPU{'s' if gpus != 1 else ''}")
         parts.append(f"{rows:,} rows")
         for st in self.states:
-            name = _netloc(st.key) if st.kind != "nvml" else "nvml"
+            name = printable(_netloc(st.key)) if st.kind != "nvml" else "nvml"
             if st.last_error:
                 parts.append(f"{name} ERR")
             elif st.latest:

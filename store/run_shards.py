@@ -20,7 +20,14 @@ from typing import Any, Final
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
-from analysis.shards import SHARD_FINAL, ClockSample, ShardShare, iso, merge_shares
+from analysis.shards import (
+    SHARD_FINAL,
+    ClockSample,
+    ShardShare,
+    iso,
+    load_mismatches,
+    merge_shares,
+)
 from errors import CollectorError, InputError
 from store import rollups, schema
 from store.db import Store, mask_url
@@ -138,6 +145,18 @@ def join(
                 f"run {run_id} is already in the store and was not made by --shard hosts",
                 hint="give a --group name no stored run starts with",
             )
+        if not inserted:
+            found = conn.execute(sa.select(R).where(R.c.run_id == run_id)).mappings().first()
+            first: dict[str, Any] = dict(found) if found is not None else {}
+            differs = load_mismatches(first, run)
+            if differs:
+                raise InputError(
+                    f"--shard {shard + 1}/{shards} ({host}): run {run_id} has another load on "
+                    f"the group's first host ({first.get('host') or '?'}): " + "; ".join(differs),
+                    hint="every host of one --group gives the same workload, load, --requests/"
+                    "--duration, --max-tokens, arrival, --seed, --api and model; or give a new "
+                    "--group name",
+                )
         now = db_now(conn)
         counts = sorted({int(r["shards"]) for r in rows})
         if counts and counts != [shards]:

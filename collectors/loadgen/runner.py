@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import hashlib
+import json
 import os
 import random
 import signal
@@ -529,6 +531,8 @@ def _client_params(
         "bench_id": bench_id,
         "api": cfg.api,
         "workload": cfg.workload or (cfg.workload_spec or {}).get("name"),
+        # a workload file's content, so hosts of one --shard group can tell theirs agree
+        "workload_sha256": _spec_sha256(cfg.workload_spec) if cfg.workload_spec else None,
         "dataset": cfg.dataset,
         "load": {"kind": level.kind, "value": level.value},
         "concurrency_capped": cfg.capped_note(level),
@@ -559,6 +563,12 @@ def _client_params(
             "source": prep.calibration.source,
         },
     }
+
+
+def _spec_sha256(spec: Mapping[str, Any]) -> str:
+    """The sha256 of a workload entry's canonical JSON."""
+    text = json.dumps(spec, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _trace_params(trace: Trace | None) -> dict[str, Any] | None:

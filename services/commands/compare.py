@@ -6,7 +6,9 @@ its 95 % bootstrap interval, the threshold and the verdict (``analysis.regressio
 thresholds' form, the statistics and the decision rule). Percentiles come from the Compare
 page's own bootstrap (``services.views.compare.read_samples`` and ``baseline_vs_candidate``:
 the same samples, replicates and seeds, so the page and the gate agree); goodput, output
-throughput and error rate from a seeded bootstrap over each run's requests.
+throughput and error rate from a seeded bootstrap over each run's requests; goodput's and
+output throughput's intervals also carry the run-to-run variation one run per side cannot show
+(``--run-noise``, default ``regression.RUN_NOISE``).
 
 ``--baseline pinned`` (with one positional, the candidate) uses the run pinned for the
 candidate's model, GPU and workload (``servescope db pin``); ``--baseline RUN_ID`` names it.
@@ -61,7 +63,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "compare",
         help="regression gate: candidate vs baseline run; exit 3 on a significant regression",
         description="Compare a candidate run with a baseline run on the thresholds of "
-        "--fail-on and exit 3 when a change is beyond its threshold AND its 95 %% bootstrap "
+        "--fail-on and exit 3 when a change is beyond its threshold AND its 95 % bootstrap "
         "interval excludes zero (a significant regression); 0 otherwise; 2 on bad input. "
         f"Metrics: {regression.accepted_metrics()}.",
     )
@@ -92,8 +94,33 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="PROFILE",
         help=f"the SLO profile goodput counts against (default {DEFAULT_PROFILE})",
     )
+    p.add_argument(
+        "--run-noise",
+        type=_percent,
+        default=regression.RUN_NOISE,
+        metavar="PCT",
+        help="run-to-run variation of goodput and output throughput between repeated runs of "
+        "one configuration (coefficient of variation, 0-50%%), which one run per side cannot "
+        f"show: folded into their intervals (default {regression.RUN_NOISE * 100:g}%%; lower "
+        "it from repeated runs on a quiet host)",
+    )
     p.add_argument("--db", help="store URL (default: $SERVESCOPE_DB or the DuckDB file)")
     p.set_defaults(func=run)
+
+
+def _percent(text: str) -> float:
+    """``5%`` or ``5`` → 0.05 (argparse type of ``--run-noise``)."""
+    raw = text.strip().removesuffix("%").strip()
+    try:
+        value = float(raw) / 100.0
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"cannot read {text!r} as a percentage: write e.g. 5% or 2.5"
+        ) from None
+    try:
+        return regression.check_run_noise(value)
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
 
 
 @dataclass(frozen=True)
@@ -182,6 +209,7 @@ def compare_runs(
     *,
     slo_name: str | None = None,
     pinned: bool = False,
+    run_noise: float = regression.RUN_NOISE,
 ) -> GateReport:
     """Judge ``candidate`` against ``baseline`` on ``thresholds`` (``analysis.regression``)."""
     b, c = str(baseline["run_id"]), str(candidate["run_id"])
@@ -206,7 +234,7 @@ def compare_runs(
             )
             for rid in (b, c)
         ]
-        changes |= regression.run_changes(sides[0], sides[1], wanted_run)
+        changes |= regression.run_changes(sides[0], sides[1], wanted_run, run_noise=run_noise)
     judgements = []
     for t in thresholds:
         try:
@@ -332,6 +360,13 @@ def report_lines(report: GateReport) -> list[str]:
             f"{compare_view.SAMPLE_LIMIT:,} values per run); whole-run metrics: "
             f"{regression.N_BOOT} replicates over requests; intervals are of the change"
         )
+    noise = max((j.change.run_noise for j in report.judgements), default=0.0)
+    if noise > 0:
+        lines.append(
+            f"run-to-run: the intervals of goodput and output throughput resample each run's "
+            f"requests and vary its pace by {noise * 100:g}% (what one run per side cannot "
+            f"show; --run-noise)"
+        )
     for w in report.warnings:
         lines.append(f"warning: {w.message}")
     failed = [j for j in report.judgements if j.failed]
@@ -359,7 +394,15 @@ def run(args: argparse.Namespace) -> int:
         base, cand, pinned = resolve_runs(
             store, args.baseline_run, args.baseline_flag, args.candidate_run
         )
-        report = compare_runs(store, base, cand, thresholds, slo_name=args.slo, pinned=pinned)
+        report = compare_runs(
+            store,
+            base,
+            cand,
+            thresholds,
+            slo_name=args.slo,
+            pinned=pinned,
+            run_noise=getattr(args, "run_noise", regression.RUN_NOISE),
+        )
     finally:
         store.dispose()
     for line in report_lines(report):

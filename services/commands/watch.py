@@ -14,8 +14,9 @@ bounded without delaying a scrape (docs/retention.md).
 profile on a thread of its own (``collectors.breach_monitor``) and prints one ``BREACH`` line
 per breaching window on stdout, with the link to its incident view (``--ui-url``);
 ``--fail-on-breach`` stops at the first one and exits ``FAILED`` (3): a canary with
-``--duration``. ``--since`` first fetches that much of a Prometheus server's history
-(docs/watch.md).
+``--duration``. A window that cannot be judged (garbage histograms) gets an ``UNJUDGED`` line;
+``--fail-on-breach`` also fails once one target has ``UNJUDGED_LIMIT`` of them. ``--since``
+first fetches that much of a Prometheus server's history (docs/watch.md).
 """
 
 from __future__ import annotations
@@ -30,9 +31,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TextIO
 
+from analysis.printable import printable
 from analysis.slo import SloProfile
 from collectors import prometheus, watch
-from collectors.breach_monitor import Breach, BreachMonitor, MonitoredSink
+from collectors.breach_monitor import UNJUDGED_LIMIT, Breach, BreachMonitor, MonitoredSink, Unjudged
 from collectors.row_sink import RowSink
 from errors import ExitCode, InputError, StoreError
 from services.views.traffic import incident_path
@@ -153,7 +155,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--fail-on-breach",
         action="store_true",
         help=f"with --slo: stop at the first breaching window and exit {ExitCode.FAILED} "
-        "(a canary check with --duration: 0 when no window breached)",
+        f"(a canary check with --duration: 0 when no window breached); also stop and exit "
+        f"{ExitCode.FAILED} once {UNJUDGED_LIMIT} windows of one target could not be judged",
     )
     p.add_argument(
         "--ui-url",
@@ -309,17 +312,31 @@ def utc_range(start: float, end: float) -> str:
 
 
 def breach_line(breach: Breach, ui_url: str) -> str:
-    """``BREACH <UTC range> <target> <reason> <ui-url>/incident?target=…&from=…&to=…``"""
+    """``BREACH <UTC range> <target> <reason> <ui-url>/incident?target=…&from=…&to=…``, one line
+    whatever the target's name holds (``analysis.printable``: the target is one field)."""
     link = ui_url.rstrip("/") + incident_path(breach.target, breach.window_start, breach.window_end)
     return (
-        f"BREACH {utc_range(breach.window_start, breach.window_end)} {breach.target} "
-        f"{breach.reason} {link}"
+        f"BREACH {utc_range(breach.window_start, breach.window_end)} "
+        f"{printable(breach.target, field=True)} {printable(breach.reason)} {printable(link)}"
     )
 
 
-def _backfill(sink: RowSink, args: argparse.Namespace, now: float) -> float:
+def unjudged_line(window: Unjudged) -> str:
+    """``UNJUDGED <UTC range> <target> <why>``: a window that could not be judged."""
+    return (
+        f"UNJUDGED {utc_range(window.window_start, window.window_end)} "
+        f"{printable(window.target, field=True)} {printable(window.reason)}"
+    )
+
+
+def _unjudged_over(monitor: BreachMonitor) -> dict[str, int]:
+    """The targets with at least ``UNJUDGED_LIMIT`` windows that could not be judged."""
+    return {t: n for t, n in monitor.unjudged.items() if n >= UNJUDGED_LIMIT}
+
+
+def _backfill(sink: RowSink, args: argparse.Namespace, now: float) -> tuple[float, int]:
     """``--since``: fetch [now − since, now] from Prometheus into ``sink``; returns where the
-    live range queries go on (one step after the last one fetched)."""
+    live range queries go on (one step after the last one fetched) and the rows handed over."""
     step = max(args.interval, 1.0)
     start = now - args.since
     got = prometheus.import_window(
@@ -332,7 +349,7 @@ def _backfill(sink: RowSink, args: argparse.Namespace, now: float) -> float:
         file=sys.stderr,
         flush=True,
     )
-    return start + (math.floor((now - start) / step) + 1) * step
+    return start + (math.floor((now - start) / step) + 1) * step, rows
 
 
 def run(args: argparse.Namespace) -> int:
@@ -377,7 +394,14 @@ def run(args: argparse.Namespace) -> int:
             if args.fail_on_breach and holder:
                 holder[0].request_stop()
 
-        monitor = BreachMonitor(profile, window_s=window_s, on_breach=on_breach).start()
+        def on_unjudged(window: Unjudged) -> None:
+            print(unjudged_line(window), flush=True)
+            if args.fail_on_breach and window.count >= UNJUDGED_LIMIT and holder:
+                holder[0].request_stop()
+
+        monitor = BreachMonitor(
+            profile, window_s=window_s, on_breach=on_breach, on_unjudged=on_unjudged
+        ).start()
         sink = MonitoredSink(writer, monitor)
         print(
             f"judging {window_s:g} s windows against the SLO profile {profile.name!r}"
@@ -389,9 +413,11 @@ def run(args: argparse.Namespace) -> int:
     def on_watcher(w: watch.Watcher) -> None:
         holder.append(w)
         # a --since history that already breached: stop before watching live
-        if args.fail_on_breach and monitor is not None and monitor.breaches:
+        stop = monitor is not None and (monitor.breaches or _unjudged_over(monitor))
+        if args.fail_on_breach and stop:
             w.request_stop()
 
+    backfilled = 0
     compactor = None
     if compacting:
         compactor = Compactor(
@@ -403,7 +429,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         prometheus_start = None
         if args.since is not None:
-            prometheus_start = _backfill(sink, args, time.time())
+            prometheus_start, backfilled = _backfill(sink, args, time.time())
         spec = watch.SourceSpec(
             metrics_urls=args.metrics,
             dcgm_urls=args.dcgm,
@@ -419,7 +445,7 @@ def run(args: argparse.Namespace) -> int:
             interval_s=args.interval,
             duration_s=args.duration,
             on_status=printer,
-            on_notes=lambda note: print(note, file=out, flush=True),
+            on_notes=lambda note: print(printable(note), file=out, flush=True),
             on_watcher=on_watcher,
         )
     finally:
@@ -430,7 +456,8 @@ def run(args: argparse.Namespace) -> int:
         writer.close()
         printer.end()
         store.dispose()
-    added = sum(watcher.rows_added.values())
+    # the history's rows went to the writer before the watcher started: count them too
+    added = sum(watcher.rows_added.values()) + backfilled
     errors = sum(s.errors for s in watcher.states)
     print(
         f"stored {writer.rows_written:,} of {added:,} rows"
@@ -460,6 +487,11 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"SLO {profile.name!r}: {monitor.windows_judged} window(s) of "
             f"{len(monitor.judged_targets)} target(s) judged, {monitor.breaches} breach(es)"
+            + (
+                f"; {sum(monitor.unjudged.values())} window(s) could not be judged"
+                if monitor.unjudged
+                else ""
+            )
             + (f"; {monitor.errors} judgement(s) failed (see the log)" if monitor.errors else ""),
             file=out,
             flush=True,
@@ -467,12 +499,15 @@ def run(args: argparse.Namespace) -> int:
         unjudged = [
             s.key
             for s in watcher.states
-            if s.kind == "metrics" and s.engine and s.key not in monitor.judged_targets
+            if s.kind == "metrics"
+            and s.engine
+            and s.key not in monitor.judged_targets
+            and s.key not in monitor.unjudged  # those had their UNJUDGED lines
         ]
         if unjudged:
             print(
                 f"not judged (no window closed with a TTFT or E2E histogram): "
-                f"{', '.join(unjudged)}",
+                f"{', '.join(printable(t) for t in unjudged)}",
                 file=out,
                 flush=True,
             )
@@ -480,6 +515,17 @@ def run(args: argparse.Namespace) -> int:
             print(
                 f"servescope watch: a window breached the SLO profile {profile.name!r} "
                 f"(exit {ExitCode.FAILED})",
+                file=out,
+                flush=True,
+            )
+            return ExitCode.FAILED
+        over = _unjudged_over(monitor)
+        if args.fail_on_breach and over:
+            named = ", ".join(f"{printable(t)} ({n})" for t, n in sorted(over.items()))
+            print(
+                f"servescope watch: windows could not be judged against the SLO profile "
+                f"{profile.name!r} ({UNJUDGED_LIMIT} or more of one target): {named}; a canary "
+                f"that cannot judge fails (exit {ExitCode.FAILED})",
                 file=out,
                 flush=True,
             )

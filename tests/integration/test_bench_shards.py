@@ -551,3 +551,74 @@ def test_shard_with_a_duckdb_store_is_refused(tmp_path: Path) -> None:
             assert store.read_df("SELECT count(*) AS n FROM runs")["n"].iloc[0] == 0
         finally:
             store.dispose()
+
+
+def test_a_host_with_another_load_is_refused_before_anything_is_sent(
+    sim: MockServer, pg_store: tuple[str, Store], tmp_path: Path
+) -> None:
+    # the issue's case: host 1 short-in-short-out --requests 20 --max-tokens 8, host 2
+    # long-in-long-out --requests 400 --max-tokens 64 in one --group made one 'completed' run
+    # labelled short-in-short-out, 200 of whose 210 rows averaged 2,003 input tokens
+    db, store = pg_store
+    sim.stats(reset=True)
+    common = [str(SERVESCOPE), "bench", "--endpoint", sim.url, "--metrics-url", "off"]
+    common += ["--no-gpu", "--workers", "1", "--db", db, "--group", "mixed", "--concurrency", "4"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "SERVESCOPE_SHARD_WAIT_S": "60"}
+    log = (tmp_path / "host-1.log").open("w")
+    first = subprocess.Popen(
+        [
+            *common,
+            *("--workload", "short-in-short-out", "--requests", "20", "--max-tokens", "8"),
+            *("--shard", "1/2", "--host-name", "host-1"),
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=log,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while _counts(store)[1] < 1:  # host 1 joined: its run row is the group's
+            assert first.poll() is None and time.monotonic() < deadline, _log(tmp_path, 1)
+            time.sleep(0.1)
+        probes = sim.stats()["requests"]  # host 1's calibration probes, before it joined
+        second = subprocess.run(
+            [
+                *common,
+                *("--workload", "long-in-long-out", "--requests", "400", "--max-tokens", "64"),
+                *("--shard", "2/2", "--host-name", "host-2"),
+            ],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(first.pid, signal.SIGTERM)
+        first.wait(30)
+        if first.stdout is not None:
+            first.stdout.close()
+        log.close()
+    assert second.returncode == 2, second.stderr
+    errors = [line for line in second.stderr.splitlines() if line.startswith("servescope: ")]
+    assert len(errors) == 1, second.stderr
+    line = errors[0]
+    assert line.startswith("servescope: error: --shard 2/2 (host-2): run mixed-c") and (
+        "has another load on the group's first host (host-1): " in line
+    ), line
+    for phrase in (
+        "--workload long-in-long-out here, short-in-short-out on the first host",
+        "--requests 400 here, 20 on the first host",
+        "--max-tokens 64 here, 8 on the first host",
+    ):
+        assert phrase in line, line
+    # refused before sending its load: host 2 wrote no share and no row
+    shards = store.read_df("SELECT host FROM run_shards")
+    assert set(shards["host"]) <= {"host-1"}
+    assert store.read_df("SELECT count(*) AS n FROM requests")["n"].iloc[0] == 0
+    # host 2 sent only its calibration probes (as host 1 did before joining), none of its 400
+    assert sim.stats()["requests"] - probes == probes <= 4

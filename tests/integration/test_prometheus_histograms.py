@@ -43,7 +43,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, unquote_plus
 
 import pytest
 
@@ -85,6 +85,7 @@ class History:
 
     def __init__(self, t0: float) -> None:
         self.t0 = t0
+        self.instance = INSTANCE
         self.series = [
             (s.name, dict(s.labels))
             for s in parse(CAPTURE.read_text()).samples
@@ -127,7 +128,7 @@ class History:
         for name, labels in self.series:
             if name not in wanted or (job and job.group(1) != "vllm"):
                 continue
-            metric = {"__name__": name, **labels, "instance": INSTANCE, "job": "vllm"}
+            metric = {"__name__": name, **labels, "instance": self.instance, "job": "vllm"}
             values = [[t, repr(self.value(name, labels, t))] for t in steps if t >= self.t0]
             if values:
                 out.append({"metric": metric, "values": values})
@@ -297,6 +298,10 @@ def test_watch_since_judges_the_history(
         r"SLO 'interactive-chat': (\d+) window\(s\) of 1 target\(s\) judged", proc.stderr
     )
     assert judged is not None and int(judged.group(1)) >= 10, proc.stderr
+    # the history's rows are counted among those added (before: "stored 672 of 0 rows")
+    stored = re.search(r"^stored ([\d,]+) of ([\d,]+) rows", proc.stderr, re.M)
+    assert stored is not None, proc.stderr
+    assert stored.group(1) == stored.group(2) != "0", stored.group(0)
     # as a canary over the history: stops at the first breach instead of watching 60 s live
     started = time.monotonic()
     canary = subprocess.run(
@@ -310,6 +315,43 @@ def test_watch_since_judges_the_history(
     assert canary.returncode == ExitCode.FAILED, canary.stderr
     assert time.monotonic() - started < 30
     assert canary.stdout.startswith("BREACH ")
+
+
+def test_a_newline_in_the_instance_label_cannot_forge_a_breach_line(
+    prom: tuple[str, list[str]], history: History, tmp_path: Path
+) -> None:
+    # before: the instance's newline split the window's BREACH line in two on stdout
+    forged = "BREACH 2026-01-01 00:00:00–00:01:00 UTC forged P99 TTFT 1 ms > 0 ms http://x/"
+    history.instance = f"{INSTANCE}\n{forged}\r\x1b[2K"
+    url, _ = prom
+    env = dict(os.environ, PYTHONPATH=str(ROOT), SERVESCOPE_SPOOL_DIR=str(tmp_path / "spool"))
+    db = f"duckdb:///{tmp_path / 'watch.duckdb'}"
+    proc = subprocess.run(
+        [
+            *(sys.executable, "-m", "cli", "watch", "--db", db, "--prometheus", url),
+            *("--since", "3m", "--interval", "15s", "--duration", "1s"),
+            *("--slo", "interactive-chat", "--fail-on-breach"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env=env,
+    )
+    assert proc.returncode == ExitCode.FAILED, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines and "forged" not in proc.stdout.split(" ", 1)[0], proc.stdout
+    for line in lines:  # one line per breaching window, each the real one
+        # the target is one field, escaped: the forged text stays inside the real line
+        target = line.split(" ")[4]
+        assert target.startswith(f"{INSTANCE}\\nBREACH\\x20"), line
+        assert target.endswith("\\r\\x1b[2K"), line
+        assert "P99 TTFT 4.5 s > 500 ms" in line, line
+        # the link still names the real target (URL-encoded)
+        m = re.search(r"/incident\?target=(\S+)&from=", line)
+        assert m is not None and unquote_plus(m.group(1)) == history.instance
+    assert not any(" forged " in line.split("UTC", 1)[0] for line in lines)
+    assert "\x1b" not in proc.stdout + proc.stderr and "\r" not in proc.stdout
 
 
 class ListSink:

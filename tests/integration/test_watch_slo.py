@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
@@ -189,3 +190,90 @@ def test_bad_slo_flags_exit_2_before_scraping(
     if flags == ("--slo", "nope"):
         # the known profiles are listed, the seeded and the user's own
         assert "interactive-chat" in proc.stderr and "tight" in proc.stderr
+
+
+class GarbageMetrics:
+    """A loopback vLLM-looking /metrics whose request count grows while its histogram buckets
+    are ``NaN`` or negative (and falling): windows that cannot be judged."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.t0 = time.monotonic()
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = owner.page().encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def page(self) -> str:
+        n = int((time.monotonic() - self.t0) * 20)
+        lines = []
+        for fam in ("vllm:time_to_first_token_seconds", "vllm:e2e_request_latency_seconds"):
+            lines.append(f"# TYPE {fam} histogram")
+            for i, le in enumerate(("0.1", "1.0", "+Inf")):
+                value = "NaN" if self.mode == "nan" else str(-n * (i + 1))
+                lines.append(f'{fam}_bucket{{le="{le}",model_name="m"}} {value}')
+            lines.append(f'{fam}_count{{model_name="m"}} {n}')
+            lines.append(f'{fam}_sum{{model_name="m"}} {n * 0.05}')
+        lines.append('vllm:num_requests_running{model_name="m"} 1')
+        return "\n".join(lines) + "\n"
+
+    def __enter__(self) -> GarbageMetrics:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("mode", ["nan", "negative"])
+def test_a_canary_on_garbage_histograms_cannot_judge_and_fails(
+    db: str, tmp_path: Path, mode: str
+) -> None:
+    # before: every window counted as judged with 0 breaches, and the canary exited 0
+    from collectors.breach_monitor import UNJUDGED_LIMIT
+
+    with GarbageMetrics(mode) as page:
+        proc = subprocess.run(
+            _watch(
+                db,
+                *("--metrics", f"127.0.0.1:{page.port}", "--interval", "250ms"),
+                *("--slo", "lenient", "--slo-window", "500ms", "--fail-on-breach"),
+                *("--duration", "20s"),
+            ),
+            cwd=ROOT,
+            env=_env(tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert proc.returncode == ExitCode.FAILED, proc.stderr
+    assert "BREACH" not in proc.stdout
+    lines = proc.stdout.splitlines()
+    # one UNJUDGED line per window, naming the target and why; the canary stops at the limit
+    assert len(lines) == UNJUDGED_LIMIT, proc.stdout
+    target = f"http://127.0.0.1:{page.port}/metrics"
+    why = "no buckets exported" if mode == "nan" else "negative or non-finite counts"
+    for line in lines:
+        assert line.startswith("UNJUDGED ") and f" UTC {target} P90 TTFT: {why}" in line, line
+    judged = re.search(
+        r"SLO 'lenient': (\d+) window\(s\) of \d target\(s\) judged, 0 breach\(es\); "
+        r"(\d+) window\(s\) could not be judged",
+        proc.stderr,
+    )
+    assert judged is not None, proc.stderr
+    assert int(judged.group(2)) == UNJUDGED_LIMIT
+    assert "a canary that cannot judge fails (exit 3)" in proc.stderr

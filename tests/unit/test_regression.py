@@ -3,6 +3,8 @@ percentile changes from Compare's bootstrap rows, and the whole-run bootstrap ov
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -206,7 +208,7 @@ def _requests(n: int, met: int, errors: int = 0, tokens: int = 100) -> pd.DataFr
 def test_a_goodput_drop_is_flagged() -> None:
     base = RunRequests.from_requests("b", _requests(1000, 900), PROFILE, 100.0)
     cand = RunRequests.from_requests("c", _requests(1000, 700), PROFILE, 100.0)
-    ch = regression.run_change("goodput", base, cand)
+    ch = regression.run_change("goodput", base, cand, run_noise=0.0)
     # 900 / 100 s = 9 req/s → 700 / 100 s = 7 req/s: −22.2 %
     assert (ch.baseline, ch.candidate) == (9.0, 7.0)
     assert ch.diff_pct == pytest.approx(-22.22, abs=0.01)
@@ -216,6 +218,12 @@ def test_a_goodput_drop_is_flagged() -> None:
     assert ch.low == pytest.approx(-2.34, abs=0.06)
     assert ch.high == pytest.approx(-1.66, abs=0.06)
     assert judge(ch, GOODPUT_5).verdict == "regression"
+    # with the run-to-run variation folded in (5 % per run): wider, still a regression
+    wide = regression.run_change("goodput", base, cand)
+    assert wide.run_noise == regression.RUN_NOISE and ch.run_noise == 0.0
+    assert wide.low is not None and wide.high is not None
+    assert wide.low < ch.low - 0.2 and wide.high > ch.high + 0.2
+    assert judge(wide, GOODPUT_5).verdict == "regression"
 
 
 def test_a_small_goodput_dip_is_within_threshold_and_the_bootstrap_repeats() -> None:
@@ -230,7 +238,7 @@ def test_a_small_goodput_dip_is_within_threshold_and_the_bootstrap_repeats() -> 
 def test_throughput_and_error_rate_count_successful_requests() -> None:
     base = RunRequests.from_requests("b", _requests(1000, 1000, errors=0), PROFILE, 50.0)
     cand = RunRequests.from_requests("c", _requests(1000, 1000, errors=100), PROFILE, 50.0)
-    changes = regression.run_changes(base, cand, ["output_throughput", "error_rate"])
+    changes = regression.run_changes(base, cand, ["output_throughput", "error_rate"], run_noise=0.0)
     tput, err = changes["output_throughput"], changes["error_rate"]
     assert (tput.baseline, tput.candidate) == (2000.0, 1800.0)  # 100 tok × ok / 50 s
     assert (err.baseline, err.candidate) == (0.0, 0.1)
@@ -257,3 +265,29 @@ def test_a_run_without_a_duration_has_no_goodput() -> None:
 def test_without_a_profile_nothing_meets_it() -> None:
     run = RunRequests.from_requests("b", _requests(10, 10), None, 10.0)
     assert not run.met.any() and run.ok.all()
+
+
+def test_a_run_whose_requests_all_succeed_still_has_an_interval_of_its_pace() -> None:
+    # every request met the SLO in both runs: resampling requests alone gave [−7.3 %, −7.3 %]
+    base = RunRequests.from_requests("b", _requests(40, 40), PROFILE, 0.578)
+    cand = RunRequests.from_requests("c", _requests(40, 40), PROFILE, 0.6235)
+    alone = regression.run_change("goodput", base, cand, run_noise=0.0)
+    assert alone.low == alone.high == alone.diff  # the collapse the issue found
+    assert judge(alone, GOODPUT_5).verdict == "regression"
+    ch = regression.run_change("goodput", base, cand)
+    assert ch.diff_pct == pytest.approx(-7.3, abs=0.1)
+    low, high = ch.pct(ch.low), ch.pct(ch.high)
+    assert low is not None and high is not None
+    # two runs of CV 5 %: the difference's 95 % band is about ±1.96·√2·5 % ≈ ±13.9 %
+    assert high - low == pytest.approx(2 * 13.9, rel=0.15)
+    assert low < 0 < high
+    assert judge(ch, GOODPUT_5).verdict == "not significant"
+    # error rate is a share of the run's requests: no pace in it
+    assert regression.run_change("error_rate", base, cand).run_noise == 0.0
+
+
+@pytest.mark.parametrize("cv", [-0.01, 0.51, math.nan, math.inf])
+def test_the_run_noise_is_bounded(cv: float) -> None:
+    base = RunRequests.from_requests("b", _requests(10, 10), PROFILE, 10.0)
+    with pytest.raises(InputError, match=r"run-to-run variation must be within 0\.\.50 %"):
+        regression.run_change("goodput", base, base, run_noise=cv)

@@ -3,6 +3,8 @@ the run row merged over the hosts' shares."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from analysis.shards import (
@@ -10,6 +12,8 @@ from analysis.shards import (
     ShardShare,
     clock_offset,
     clock_warning,
+    load_definition,
+    load_mismatches,
     merge_shares,
     merged_status,
 )
@@ -175,3 +179,60 @@ def test_only_the_first_host_scrapes_the_server() -> None:
     assert urls(None) == ("http://llm:8000/metrics",)
     assert urls((0, 3)) == ("http://llm:8000/metrics",)
     assert urls((1, 3)) == urls((2, 3)) == ()
+
+
+def _host_run(workload: str, requests: int, max_tokens: int, **extra: object) -> dict[str, object]:
+    """A --shard host's run row as bench builds it (client_params a dict)."""
+    params: dict[str, object] = {
+        "workload": workload,
+        "requests": requests,
+        "duration_s": None,
+        "max_tokens": max_tokens,
+        "load": {"kind": "concurrency", "value": 4.0},
+        "arrival": "concurrency",
+        "api": "chat",
+        "seed": 0,
+        "trace": None,
+    }
+    params.update(extra)
+    return {"run_id": "g-c4", "model": "m", "workload": workload, "client_params": params}
+
+
+def test_hosts_with_another_load_are_told_apart_field_by_field() -> None:
+    # the issue's case: host 1 short-in-short-out --requests 20 --max-tokens 8, host 2
+    # long-in-long-out --requests 400 --max-tokens 64 merged silently into one run
+    first = _host_run("short-in-short-out", 20, 8)
+    other = _host_run("long-in-long-out", 400, 64)
+    assert load_mismatches(first, other) == [
+        "--workload long-in-long-out here, short-in-short-out on the first host",
+        "--requests 400 here, 20 on the first host",
+        "--max-tokens 64 here, 8 on the first host",
+    ]
+    # the same load agrees, whether client_params is a dict or the stored JSON
+    stored = dict(first, client_params=json.dumps(first["client_params"]))
+    assert load_mismatches(stored, _host_run("short-in-short-out", 20, 8)) == []
+    assert load_definition(stored) == load_definition(first)
+
+
+@pytest.mark.parametrize(
+    ("extra", "phrase"),
+    [
+        ({"load": {"kind": "rate", "value": 5.0}}, "the load (--concurrency/--rate) rate 5.0 here"),
+        ({"arrival": "poisson"}, "--arrival poisson here, concurrency"),
+        ({"api": "completions"}, "--api completions here, chat"),
+        ({"seed": 7}, "--seed 7 here, 0"),
+        ({"workload_sha256": "ab" * 32}, "the workload file's content"),
+        ({"trace": {"sha256": "f" * 64, "file": "t.csv"}}, "--trace (its sha256) ffffffffffff"),
+        ({"duration_s": 30.0}, "--duration 30.0 here, none"),
+    ],
+)
+def test_each_load_field_must_match_the_first_host(extra: dict[str, object], phrase: str) -> None:
+    first = _host_run("chat", 20, 8)
+    (found,) = load_mismatches(first, _host_run("chat", 20, 8, **extra))
+    assert found.startswith(phrase), found
+
+
+def test_the_endpoint_model_must_match() -> None:
+    first = _host_run("chat", 20, 8)
+    (found,) = load_mismatches(first, dict(_host_run("chat", 20, 8), model="other"))
+    assert found == "the endpoint's model other here, m on the first host"

@@ -102,3 +102,64 @@ def test_error_rate_and_a_length_conditioned_ttft() -> None:
 def test_no_windows_no_rows() -> None:
     out = window_breaches({"ttft_seconds": _ttft_windows().iloc[0:0]}, SloProfile("p", ttft_ms=1))
     assert out.empty and "breach" in out.columns
+
+
+def _garbage_windows(buckets_at_20: dict[float, float], count_at_20: float) -> pd.DataFrame:
+    """Two 10 s windows: a good one, then one whose scrape at 20 carries ``buckets_at_20``
+    (``_count`` ``count_at_20``)."""
+    good = {0.5: 100.0, 1.0: 100.0, 5.0: 100.0, INF: 100.0}
+    rows = _rows("ttft_seconds", [(0.0, dict.fromkeys(good, 0.0)), (10.0, good)])
+    extra = [
+        ("a", 20.0, f"ttft_seconds_bucket:{'+Inf' if math.isinf(le) else repr(le)}", c)
+        for le, c in buckets_at_20.items()
+    ] + [("a", 20.0, "ttft_seconds_count", count_at_20), ("a", 20.0, "ttft_seconds_sum", 1.0)]
+    rows = pd.concat([rows, pd.DataFrame(extra, columns=rows.columns)], ignore_index=True)
+    return hw.summed_histogram_windows(rows, "ttft_seconds", window_s=10.0, start=0.0, end=20.0)
+
+
+@pytest.mark.parametrize(
+    ("buckets", "note"),
+    [
+        # negative cumulative counts: garbage, left out of the sum
+        ({0.5: -5.0, 1.0: -5.0, 5.0: -5.0, INF: -5.0}, hw.NOTE_INVALID),
+        # an infinite count
+        ({0.5: 100.0, 1.0: 100.0, 5.0: 100.0, INF: INF}, hw.NOTE_INVALID),
+        # NaN buckets are dropped when scraped: _count moved, the buckets carried forward did not
+        ({}, hw.NOTE_UNUSABLE_BUCKETS),
+        # the +Inf bucket did not move while the others did: no percentile can be read
+        ({0.5: 150.0, 1.0: 150.0, 5.0: 150.0}, hw.NOTE_UNUSABLE_BUCKETS),
+    ],
+)
+def test_a_window_of_garbage_buckets_cannot_be_judged_and_is_not_passed(
+    buckets: dict[float, float], note: str
+) -> None:
+    windows = _garbage_windows(buckets, 150.0)
+    assert windows["note"].iloc[1].startswith(note)
+    assert hw.unreadable(windows["note"].iloc[1]) and not hw.unreadable(windows["note"].iloc[0])
+    out = window_breaches({"ttft_seconds": windows}, SloProfile("p", 99.0, ttft_ms=1000.0))
+    assert list(out["breach"]) == [False, False]
+    assert list(out["judged"]) == [True, False]
+    assert out["unjudged"].iloc[0] == ""
+    assert out["unjudged"].iloc[1].startswith(f"P99 TTFT: {note}")
+
+
+def test_a_sum_that_moved_with_nothing_counted_cannot_be_judged() -> None:
+    # NaN _count and buckets are dropped when scraped: only _sum moves
+    rows = pd.DataFrame(
+        [("a", 0.0, "ttft_seconds_sum", 0.0), ("a", 10.0, "ttft_seconds_sum", 5.0)],
+        columns=["target", "ts", "metric", "value"],
+    )
+    windows = hw.summed_histogram_windows(rows, "ttft_seconds", window_s=10.0, start=0.0, end=10.0)
+    assert windows["note"].iloc[0].startswith(hw.NOTE_UNUSABLE_BUCKETS)
+    out = window_breaches({"ttft_seconds": windows}, SloProfile("p", 99.0, ttft_ms=1000.0))
+    assert list(out["judged"]) == [False] and list(out["breach"]) == [False]
+
+
+def test_a_percentile_in_the_inf_bucket_below_the_limit_cannot_be_judged() -> None:
+    windows = _garbage_windows({0.5: 100.0, 1.0: 100.0, 5.0: 100.0, INF: 200.0}, 200.0)
+    out = window_breaches({"ttft_seconds": windows}, SloProfile("p", 99.0, ttft_ms=10_000.0))
+    assert list(out["judged"]) == [True, False]
+    assert "cannot tell against 10 s" in out["unjudged"].iloc[1]
+    # above the limit already: a breach, judged
+    out = window_breaches({"ttft_seconds": windows}, SloProfile("p", 99.0, ttft_ms=1000.0))
+    assert list(out["breach"]) == [False, True] and list(out["judged"]) == [True, True]
