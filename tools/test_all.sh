@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The recipe of `make test-all` (and so of CI): provision what the full suite needs, then run
-# every test, markers included (postgres, e2e, llamacpp). Extra arguments go to pytest.
+# The recipe of `make test-all` (everything) and `make test-rest` (CI's second half: `-m` with the
+# marks `make test` leaves out): provision what those tests need, then run pytest. Extra arguments
+# go to pytest.
 #
 #   1. the virtual environment (.venv, `pip install -e '.[dev]'`) if `make` has not made it;
 #   2. Debian's chromium for the Playwright e2e tests       (tools/install_chromium.sh);
@@ -39,9 +40,14 @@ export SERVESCOPE_LLAMA_MODEL
 echo "llama-server: ${SERVESCOPE_LLAMA_SERVER}" >&2
 echo "model:        ${SERVESCOPE_LLAMA_MODEL}" >&2
 echo "PostgreSQL:   ${SERVESCOPE_TEST_PG_URL:-a private cluster started by the tests}" >&2
-step "provisioned in $((SECONDS - t0)) s; pytest (all markers)"
+step "provisioned in $((SECONDS - t0)) s; pytest ${*:-(every test)}"
 
 export SERVESCOPE_TEST_STRICT=1
 mkdir -p test-results
-# No -m filter: every test runs. --junitxml for CI; failure screenshots land in test-results/.
-exec .venv/bin/pytest -q --junitxml=test-results/junit.xml "$@"
+# Without arguments every test runs. junit XML to test-results/ unless PYTEST_ADDOPTS names its own
+# file (CI's); failure screenshots land in test-results/.
+junit=(--junitxml=test-results/junit.xml)
+[[ "${PYTEST_ADDOPTS:-}" == *--junitxml* ]] && junit=()
+# SERVESCOPE_PYTEST: another way to start pytest (`make coverage`: "coverage run -m pytest")
+read -r -a pytest_cmd <<<"${SERVESCOPE_PYTEST:-.venv/bin/pytest}"
+exec "${pytest_cmd[@]}" -q "${junit[@]}" "$@"

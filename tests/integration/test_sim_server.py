@@ -1,13 +1,18 @@
 """The reference engine over real loopback sockets: API shape and physical behaviour.
 
-Timing is asserted two ways: on the client's wall clock (× the time scale) and on the engine's
-own virtual-time histograms in /metrics, which jitter on a busy machine cannot disturb.
+Timing is asserted on the engine's own virtual-time histograms in /metrics. These sims keep an
+exact virtual clock (``exact_virtual_clock``): a machine too busy to wake the engine on time delays
+its tokens on the wall clock but never moves virtual time, so the histograms are the model's
+figures whatever the load (a sim served to users instead jumps virtual time forward past 50 ms of
+lag). That the wall clock follows the virtual one (× the time scale) is a timing property of the
+machine as much as of the sim: one ``slow`` test checks it, which CI runs alone.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import random
 import re
@@ -24,6 +29,7 @@ import pytest
 
 from analysis import perf_model
 from errors import ConfigError, InputError
+from sim import server as sim_server
 from sim.engine import EngineConfig
 from sim.server import SimHandle, start_in_thread
 
@@ -122,7 +128,15 @@ def wait_for(cond: object, timeout: float = 10.0, interval: float = 0.01) -> Non
 
 
 @pytest.fixture
-def sim_factory() -> Iterator[object]:
+def exact_virtual_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sims of a test never jump virtual time forward when they fall behind the wall clock
+    (``sim.server.MAX_LAG_WALL_S``): their histograms are then the model's, however busy the
+    machine (a stall of 50 ms once added 4.6 ms to a 9.5 ms mean ITL)."""
+    monkeypatch.setattr(sim_server, "MAX_LAG_WALL_S", math.inf)
+
+
+@pytest.fixture
+def sim_factory(exact_virtual_clock: None) -> Iterator[object]:
     handles: list[SimHandle] = []
 
     def make(gpu: str, model: str, time_scale: float = 1.0, **kw: object) -> SimHandle:
@@ -270,10 +284,10 @@ def test_ttft_grows_with_input_length(sim_factory) -> None:  # type: ignore[no-u
     assert engine[2] > 5 * engine[0]
     api = h.config.calibration.request_overhead_s  # fixed API-server latency in every TTFT
     assert engine[2] == pytest.approx(api + perf_model.prefill_time(dep, 8192), rel=0.2)
-    # (no tight check on the 128-token TTFT: at 20× a few ms of CPU scheduling delay on a busy
-    # machine is ~0.1 s of virtual time, the size of that whole prefill)
-    assert wall[0] < wall[2]  # the client sees it too (coarsely: a busy CPU adds jitter)
-    assert wall[2] == pytest.approx(engine[2], rel=0.5)
+    assert engine[0] == pytest.approx(api + perf_model.prefill_time(dep, 128), rel=0.2)
+    # the wall clock never runs ahead of the virtual one (a busy machine can only delay tokens);
+    # that it keeps up is test_the_wall_clock_follows_the_virtual_clock's (slow: timing)
+    assert all(w >= 0.95 * e for w, e in zip(wall, engine, strict=True)), (wall, engine)
     m = scrape(h.url)
     assert metric(m, "vllm:time_to_first_token_seconds_count") == 3
     assert metric(m, "vllm:prompt_tokens_total") == 128 + 2048 + 8192
@@ -307,8 +321,10 @@ def test_ttft_grows_with_queueing(sim_factory) -> None:  # type: ignore[no-untyp
     assert metric(m, "vllm:request_queue_time_seconds_sum") > 0.7 * 15 * prefill
     assert metric(m, "vllm:time_to_first_token_seconds_sum") / 6 > 2.5 * prefill
     assert max(waiting_seen) >= 1
-    ttfts = sorted(r.ttft for r in results)
-    assert ttfts[-1] > 1.5 * ttfts[0]  # and the client sees the spread (coarsely)
+    ttfts = sorted(r.ttft * SCALE for r in results)
+    # the client sees the spread: the last request waited for five prefills, which a busy
+    # machine can only lengthen (the wall clock never runs ahead of the virtual one)
+    assert ttfts[-1] >= 0.95 * 5 * prefill, (ttfts, prefill)
 
 
 def test_decode_step_grows_with_batch_and_context(sim_factory) -> None:  # type: ignore[no-untyped-def]
@@ -355,8 +371,45 @@ def test_decode_step_grows_with_batch_and_context(sim_factory) -> None:  # type:
     assert itl_single == pytest.approx(perf_model.decode_step_time(dep, 1, 84), rel=0.15)
     assert itl_long > 1.15 * itl_single  # 30k tokens of KV read per step
     assert itl_batch > 1.15 * itl_single  # 48 sequences' KV, per-sequence overhead
-    # the wall clock agrees with the engine's virtual clock
-    assert single[0].tpot * 2.0 == pytest.approx(itl_single, rel=0.5)
+    assert len(single[0].token_times) == 40
+
+
+@pytest.mark.slow  # a timing test: the wall clock keeps up only on a machine not overloaded
+def test_the_wall_clock_follows_the_virtual_clock() -> None:
+    """The sim as users run it (virtual time jumps past 50 ms of lag): at time scale 20 its
+    tokens reach the client when the engine's virtual clock says, within half."""
+    h = start_in_thread(EngineConfig.from_names(*SLOW, prefix_caching=False), time_scale=SCALE)
+    try:
+
+        async def go() -> tuple[StreamResult, float, StreamResult, float]:
+            async with httpx.AsyncClient(base_url=h.url) as c:
+                m0 = scrape(h.url)
+                long = await stream(
+                    c, "/v1/completions", {"prompt": words(8192, 1), "max_tokens": 2}
+                )
+                m1 = scrape(h.url)
+                decode = await stream(
+                    c,
+                    "/v1/completions",
+                    {"prompt": words(64, 2), "max_tokens": 40, "ignore_eos": True},
+                )
+                m2 = scrape(h.url)
+            ttft = metric(m1, "vllm:time_to_first_token_seconds_sum") - metric(
+                m0, "vllm:time_to_first_token_seconds_sum"
+            )
+            itl_sum = metric(m2, "vllm:inter_token_latency_seconds_sum") - metric(
+                m1, "vllm:inter_token_latency_seconds_sum"
+            )
+            itl_n = metric(m2, "vllm:inter_token_latency_seconds_count") - metric(
+                m1, "vllm:inter_token_latency_seconds_count"
+            )
+            return long, ttft, decode, itl_sum / itl_n
+
+        long, ttft, decode, itl = asyncio.run(go())
+    finally:
+        h.stop()
+    assert long.ttft * SCALE == pytest.approx(ttft, rel=0.5)
+    assert decode.tpot * SCALE == pytest.approx(itl, rel=0.5)
 
 
 def test_kv_exhaustion_queues_and_preempts(sim_factory) -> None:  # type: ignore[no-untyped-def]
@@ -410,20 +463,26 @@ def test_prefix_caching_cuts_ttft(sim_factory) -> None:  # type: ignore[no-untyp
                 out = []
                 for q in ("What is a KV cache?", "Why does batching help?"):
                     msgs = [{"role": "system", "content": system}, {"role": "user", "content": q}]
+                    before = metric(scrape(h.url), "vllm:time_to_first_token_seconds_sum")
                     out.append(
                         await stream(c, "/v1/chat/completions", {"messages": msgs, "max_tokens": 2})
                     )
+                    after = metric(scrape(h.url), "vllm:time_to_first_token_seconds_sum")
+                    engine_ttft.append(after - before)  # this turn's TTFT, virtual seconds
                 return out[0], out[1]
 
+        engine_ttft: list[float] = []
         a, b = asyncio.run(go())
+        ttfts.append(engine_ttft)
         return a, b, scrape(h.url)
 
+    ttfts: list[list[float]] = []
     cold, warm, m_on = two_turns(True)
     assert cold.usage and warm.usage
     assert cold.usage["prompt_tokens_details"] == {"cached_tokens": 0}
     cached = warm.usage["prompt_tokens_details"]["cached_tokens"]  # type: ignore[index]
     assert 5900 <= cached <= 6016 and cached % 16 == 0
-    assert warm.ttft < 0.5 * cold.ttft  # wall clock, coarse (CPU jitter)
+    assert ttfts[0][1] < 0.5 * ttfts[0][0]  # the warm turn skips ~6k tokens of prefill
     assert metric(m_on, "vllm:prefix_cache_hits_total") == cached
     _cold_off, warm_off, m_off = two_turns(False)
     assert warm_off.usage and warm_off.usage["prompt_tokens_details"] == {"cached_tokens": 0}
