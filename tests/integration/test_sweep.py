@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import duckdb
 import pytest
 
 import cli
@@ -342,7 +343,7 @@ name = "resume"
 [engine]
 template = "sim"
 model = "llama-3.1-8b"
-args = ["--time-scale", "3", "--seed", "0"]
+args = ["--time-scale", "1", "--seed", "0"]
 startup_timeout_s = 60
 stop_timeout_s = 10
 [grid]
@@ -357,6 +358,17 @@ seed = 3
 [slo]
 profile = "code-completion"
 """
+
+
+def _completed_runs(path: Path) -> int:
+    """Completed runs in the DuckDB file a running sweep writes (0 while it holds the file):
+    the sweep opens it only for each write and retries a file another process holds."""
+    try:
+        with duckdb.connect(str(path), read_only=True) as con:
+            found = con.execute("SELECT count(*) FROM runs WHERE status = 'completed'").fetchone()
+    except duckdb.Error:
+        return 0
+    return int(found[0]) if found else 0
 
 
 def _listening(port: int) -> bool:
@@ -400,7 +412,13 @@ def test_kill_9_mid_point_then_resume_measures_it_again_as_a_new_attempt(tmp_pat
     while not _listening(port):
         assert time.monotonic() < deadline, "the second engine never listened"
         time.sleep(0.05)
-    time.sleep(3.0)  # into the point's load: its first run is stored (flushed every 2 s)
+    # into the point's load: kill once its first level's run is stored completed (the first
+    # point's two and this one's c1), while its c8 level runs (~0.5 s at time scale 1); a fixed
+    # sleep raced the point's end on a quiet machine
+    while _completed_runs(tmp_path / "killed.duckdb") < 3:
+        assert proc.poll() is None, "the sweep ended before its second point's first level"
+        assert time.monotonic() < deadline, "the second point's first level never ended"
+        time.sleep(0.02)
     proc.kill()
     proc.wait(timeout=30)
     proc.stdout.close()
