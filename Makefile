@@ -40,9 +40,9 @@ test: $(STAMP)
 test-rest: $(STAMP)
 	bash tools/test_all.sh -m "$(REST)"
 
-## test-all: lint, then everything: also PostgreSQL, Debian's chromium and llama.cpp's server
-test-all: $(STAMP) lint
-	bash tools/test_all.sh
+## test-all: lint, then everything (make test, then make test-rest): also PostgreSQL, Debian's
+##           chromium and llama.cpp's server
+test-all: $(STAMP) lint test test-rest
 
 lint: $(STAMP)
 	$(BIN)/ruff format --check .
