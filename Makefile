@@ -72,9 +72,9 @@ coverage: $(STAMP)
 		-n $(WORKERS) --dist loadfile
 	COVERAGE_FILE=$(COV)/rest/.coverage SERVESCOPE_PYTEST="$(BIN)/coverage run -m pytest" \
 		bash tools/test_all.sh -m "$(REST)"
-	$(BIN)/coverage combine -q --keep --data-file=$(COV)/make-test.cov $(COV)/make-test
-	$(BIN)/coverage combine -q --keep --data-file=$(COV)/rest.cov $(COV)/rest
-	$(BIN)/coverage combine -q --keep --data-file=$(COV)/all.cov $(COV)/make-test $(COV)/rest
+	$(BIN)/coverage combine -q --keep --data-file=$(COV)/make-test.cov $(COV)/make-test/.coverage.*
+	$(BIN)/coverage combine -q --keep --data-file=$(COV)/rest.cov $(COV)/rest/.coverage.*
+	$(BIN)/coverage combine -q --keep --data-file=$(COV)/all.cov $(COV)/make-test.cov $(COV)/rest.cov
 	$(BIN)/coverage report --data-file=$(COV)/all.cov > $(COV)/report.txt
 	@echo "statement coverage: make test $$($(BIN)/coverage report --data-file=$(COV)/make-test.cov --format=total) %," \
 		"the rest $$($(BIN)/coverage report --data-file=$(COV)/rest.cov --format=total) %," \
