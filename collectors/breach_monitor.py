@@ -264,11 +264,11 @@ class BreachMonitor:
         if self.on_window is not None:
             self.on_window(target, verdict)
         for rec in verdict.to_dict("records"):
-            judged = bool(rec.get("judged", True))
-            if judged or bool(rec.get("breach")):  # a breach read in one field stands
+            breach = bool(rec.get("breach"))
+            if breach or bool(rec.get("judged", True)):  # a breach read in one field stands
                 self.windows_judged += 1
                 self.judged_targets.add(target)
-            if not judged and not bool(rec.get("breach")):
+            else:
                 self.unjudged[target] = self.unjudged.get(target, 0) + 1
                 if self.on_unjudged is not None:
                     self.on_unjudged(
@@ -281,7 +281,7 @@ class BreachMonitor:
                             count=self.unjudged[target],
                         )
                     )
-            if bool(rec.get("breach")):
+            if breach:
                 self.breaches += 1
                 self.on_breach(
                     Breach(

@@ -108,21 +108,23 @@ def _late(request: httpx.Request, deadline_s: float) -> DeadlineExceeded:
     )
 
 
-class _BoundedAsyncStream(httpx.AsyncByteStream):
+class _Bounds:
+    """What a bounded body stream checks: the request it answers, the overall deadline (a
+    ``time.monotonic()`` instant, and its length for the message) and the size cap."""
+
     def __init__(
-        self,
-        inner: httpx.AsyncByteStream,
-        request: httpx.Request,
-        *,
-        deadline: float,
-        deadline_s: float,
-        max_bytes: int,
+        self, request: httpx.Request, *, deadline: float, deadline_s: float, max_bytes: int
     ) -> None:
-        self._inner = inner
         self._request = request
         self._deadline = deadline
         self._deadline_s = deadline_s
         self._max_bytes = max_bytes
+
+
+class _BoundedAsyncStream(_Bounds, httpx.AsyncByteStream):
+    def __init__(self, inner: httpx.AsyncByteStream, request: httpx.Request, **bounds: Any) -> None:
+        super().__init__(request, **bounds)
+        self._inner = inner
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         chunks = self._inner.__aiter__()
@@ -147,21 +149,10 @@ class _BoundedAsyncStream(httpx.AsyncByteStream):
         await self._inner.aclose()
 
 
-class _BoundedSyncStream(httpx.SyncByteStream):
-    def __init__(
-        self,
-        inner: httpx.SyncByteStream,
-        request: httpx.Request,
-        *,
-        deadline: float,
-        deadline_s: float,
-        max_bytes: int,
-    ) -> None:
+class _BoundedSyncStream(_Bounds, httpx.SyncByteStream):
+    def __init__(self, inner: httpx.SyncByteStream, request: httpx.Request, **bounds: Any) -> None:
+        super().__init__(request, **bounds)
         self._inner = inner
-        self._request = request
-        self._deadline = deadline
-        self._deadline_s = deadline_s
-        self._max_bytes = max_bytes
 
     def __iter__(self) -> Iterator[bytes]:
         seen = 0
